@@ -1,0 +1,268 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace halfgrad {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t e : s) n *= e;
+  return n;
+}
+
+const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
+  // 64-byte alignment: a cache line, and enough for any SIMD load Eigen or the compiler emits.
+  size_t rounded = (nbytes + 63) / 64 * 64;
+  data_ = std::aligned_alloc(64, rounded ? rounded : 64);
+  HG_CHECK(data_ != nullptr, "Storage: out of memory allocating " << nbytes << " bytes");
+}
+
+Storage::~Storage() { std::free(data_); }
+
+double Generator::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(engine_); }
+double Generator::normal() { return std::normal_distribution<double>(0.0, 1.0)(engine_); }
+int64_t Generator::randint(int64_t n) {
+  return std::uniform_int_distribution<int64_t>(0, n - 1)(engine_);
+}
+
+Generator& default_generator() {
+  static Generator g(0);
+  return g;
+}
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+void throw_dtype_mismatch(Dtype have, Dtype want) {
+  HG_FAIL("Tensor::data: tensor holds " << dtype_name(have) << " but " << dtype_name(want)
+                                         << " was requested");
+}
+
+void Tensor::check_defined(const char* what) const {
+  HG_CHECK(impl_ != nullptr, "Tensor::" << what << ": tensor is undefined (default-constructed)");
+}
+
+Tensor Tensor::empty(const Shape& shape, Dtype dtype) {
+  for (int64_t e : shape) HG_CHECK(e >= 0, "Tensor::empty: negative extent in shape " << shape_str(shape));
+  HG_CHECK(shape.size() <= 8, "Tensor::empty: shape " << shape_str(shape) << " has more than 8 dimensions");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->numel = shape_numel(shape);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(impl->numel) * dtype_size(dtype));
+  return Tensor(impl);
+}
+
+Tensor Tensor::zeros(const Shape& shape, Dtype dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.raw_data(), 0, t.nbytes());  // all-zero bits is +0 in every dtype
+  return t;
+}
+Tensor Tensor::ones(const Shape& shape, Dtype dtype) { return full(shape, 1.0, dtype); }
+Tensor Tensor::full(const Shape& shape, double value, Dtype dtype) {
+  Tensor t = empty(shape, dtype);
+  t.fill_(value);
+  return t;
+}
+Tensor Tensor::scalar(double value, Dtype dtype) { return full({}, value, dtype); }
+
+Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, Dtype dtype) {
+  HG_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
+           "Tensor::from_vector: " << values.size() << " values for shape " << shape_str(shape));
+  Tensor t = empty(shape, dtype);
+  const int64_t n = t.numel();
+  switch (dtype) {
+    case kFloat32: std::memcpy(t.raw_data(), values.data(), n * 4); break;
+    case kFloat16: float_to_half_array(values.data(), t.data<uint16_t>(), n); break;
+    case kFloat64: for (int64_t i = 0; i < n; ++i) t.data<double>()[i] = values[i]; break;
+    case kInt64: for (int64_t i = 0; i < n; ++i) t.data<int64_t>()[i] = static_cast<int64_t>(values[i]); break;
+  }
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, Dtype dtype) {
+  HG_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
+           "Tensor::from_vector: " << values.size() << " values for shape " << shape_str(shape));
+  Tensor t = empty(shape, kFloat64);
+  std::memcpy(t.raw_data(), values.data(), values.size() * 8);
+  return dtype == kFloat64 ? t : t.cast_copy(dtype);
+}
+
+Tensor Tensor::from_labels(const std::vector<int64_t>& values, const Shape& shape) {
+  HG_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
+           "Tensor::from_labels: " << values.size() << " values for shape " << shape_str(shape));
+  Tensor t = empty(shape, kInt64);
+  std::memcpy(t.raw_data(), values.data(), values.size() * 8);
+  return t;
+}
+
+Tensor Tensor::randn(const Shape& shape, Generator& gen, Dtype dtype, double std) {
+  std::vector<double> v(shape_numel(shape));
+  for (auto& x : v) x = gen.normal() * std;
+  return from_vector(v, shape, dtype);
+}
+
+Tensor Tensor::uniform(const Shape& shape, double lo, double hi, Generator& gen, Dtype dtype) {
+  std::vector<double> v(shape_numel(shape));
+  for (auto& x : v) x = lo + (hi - lo) * gen.uniform();
+  return from_vector(v, shape, dtype);
+}
+
+const Shape& Tensor::shape() const {
+  check_defined("shape");
+  return impl_->shape;
+}
+int64_t Tensor::size(int64_t d) const {
+  const int64_t n = dim();
+  HG_CHECK(d >= -n && d < n, "Tensor::size: dimension " << d << " out of range for shape " << shape_str(shape()));
+  return shape()[d < 0 ? d + n : d];
+}
+int64_t Tensor::numel() const {
+  check_defined("numel");
+  return impl_->numel;
+}
+Dtype Tensor::dtype() const {
+  check_defined("dtype");
+  return impl_->dtype;
+}
+Device Tensor::device() const {
+  check_defined("device");
+  return impl_->device;
+}
+void* Tensor::raw_data() const {
+  check_defined("raw_data");
+  return impl_->storage->data();
+}
+
+double Tensor::item_at(int64_t i) const {
+  HG_CHECK(i >= 0 && i < numel(), "Tensor::item_at: index " << i << " out of range for " << numel() << " elements");
+  switch (dtype()) {
+    case kFloat32: return data<float>()[i];
+    case kFloat16: return half_bits_to_float(data<uint16_t>()[i]);
+    case kFloat64: return data<double>()[i];
+    case kInt64: return static_cast<double>(data<int64_t>()[i]);
+  }
+  return 0;
+}
+
+double Tensor::item() const {
+  HG_CHECK(numel() == 1, "Tensor::item: tensor of shape " << shape_str(shape()) << " has " << numel()
+                                                         << " elements; expected exactly 1");
+  return item_at(0);
+}
+
+std::vector<float> Tensor::to_float_vector() const {
+  std::vector<float> v(numel());
+  if (dtype() == kFloat32) std::memcpy(v.data(), raw_data(), nbytes());
+  else if (dtype() == kFloat16) half_to_float_array(data<uint16_t>(), v.data(), v.size());
+  else for (int64_t i = 0; i < numel(); ++i) v[i] = static_cast<float>(item_at(i));
+  return v;
+}
+
+std::vector<double> Tensor::to_double_vector() const {
+  std::vector<double> v(numel());
+  for (int64_t i = 0; i < numel(); ++i) v[i] = item_at(i);
+  return v;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape(), dtype());
+  std::memcpy(t.raw_data(), raw_data(), nbytes());
+  t.impl_->memory_format = impl_->memory_format;
+  return t;
+}
+
+Tensor Tensor::detach() const {
+  check_defined("detach");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = impl_->shape;
+  impl->dtype = impl_->dtype;
+  impl->device = impl_->device;
+  impl->memory_format = impl_->memory_format;
+  impl->storage = impl_->storage;
+  impl->numel = impl_->numel;
+  return Tensor(impl);
+}
+
+Tensor Tensor::view_as_shape(const Shape& s) const {
+  HG_CHECK(shape_numel(s) == numel(), "Tensor::view_as_shape: cannot view " << shape_str(shape()) << " as "
+                                                                          << shape_str(s) << " (numel differs)");
+  Tensor t = detach();
+  t.impl_->shape = s;
+  return t;
+}
+
+template <typename Src, typename Dst>
+static void convert_loop(const Src* s, Dst* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<Dst>(s[i]);
+}
+
+// dst[i] = src[i] converted; both CPU, same numel. Half goes through float (exact for f32 -> f16
+// rounding; f64 -> f16 rounds twice, which can differ from a direct rounding only in ties that are
+// not exactly representable in f32; PyTorch rounds f64 -> f16 the same way).
+static void convert(const Tensor& src, const Tensor& dst) {
+  const int64_t n = src.numel();
+  const Dtype a = src.dtype(), b = dst.dtype();
+  if (a == b) { std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes()); return; }
+  if (a == kFloat16) {
+    std::vector<float> tmp(n);
+    half_to_float_array(src.data<uint16_t>(), tmp.data(), n);
+    if (b == kFloat32) std::memcpy(dst.raw_data(), tmp.data(), n * 4);
+    else if (b == kFloat64) convert_loop(tmp.data(), dst.data<double>(), n);
+    else convert_loop(tmp.data(), dst.data<int64_t>(), n);
+    return;
+  }
+  if (b == kFloat16) {
+    if (a == kFloat32) { float_to_half_array(src.data<float>(), dst.data<uint16_t>(), n); return; }
+    std::vector<float> tmp(n);
+    if (a == kFloat64) convert_loop(src.data<double>(), tmp.data(), n);
+    else convert_loop(src.data<int64_t>(), tmp.data(), n);
+    float_to_half_array(tmp.data(), dst.data<uint16_t>(), n);
+    return;
+  }
+  auto dispatch_dst = [&](auto* s) {
+    if (b == kFloat32) convert_loop(s, dst.data<float>(), n);
+    else if (b == kFloat64) convert_loop(s, dst.data<double>(), n);
+    else convert_loop(s, dst.data<int64_t>(), n);
+  };
+  if (a == kFloat32) dispatch_dst(src.data<float>());
+  else if (a == kFloat64) dispatch_dst(src.data<double>());
+  else dispatch_dst(src.data<int64_t>());
+}
+
+Tensor Tensor::cast_copy(Dtype d) const {
+  Tensor t = empty(shape(), d);
+  convert(*this, t);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  HG_CHECK(src.numel() == numel(), "Tensor::copy_from: source " << shape_str(src.shape()) << " and destination "
+                                                               << shape_str(shape()) << " differ in numel");
+  convert(src, *this);
+}
+
+void Tensor::fill_(double value) {
+  const int64_t n = numel();
+  switch (dtype()) {
+    case kFloat32: { float* p = data<float>(); float v = static_cast<float>(value); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
+    case kFloat16: { uint16_t* p = data<uint16_t>(); uint16_t v = float_to_half_bits(static_cast<float>(value)); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
+    case kFloat64: { double* p = data<double>(); for (int64_t i = 0; i < n; ++i) p[i] = value; break; }
+    case kInt64: { int64_t* p = data<int64_t>(); int64_t v = static_cast<int64_t>(value); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
+  }
+}
+
+}  // namespace halfgrad

@@ -1,0 +1,195 @@
+// tensor.h - the n-dimensional array every layer of halfgrad passes around.
+//
+// A Tensor is a cheap handle (a shared pointer) to a TensorImpl: shape, dtype, device, a contiguous
+// row-major buffer, and the autograd fields (requires_grad, grad, grad_fn). Copying a Tensor copies
+// the handle, as in libtorch; `clone()` copies the data.
+//
+// Layout: shapes are up to 5-D; volumes are NCDHW (batch, channels, depth, height, width) and the
+// buffer is always dense row-major in that order. The channels-last (NDHWC) form used by the CUDA
+// kernels is a separate physical layout recorded in `memory_format` (CPU ops require Contiguous).
+//
+// Device: CPU now; the Device field is where CUDA storage will be added. An op given a tensor on a
+// device it does not support throws, naming the op.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/half.h"
+
+namespace halfgrad {
+
+namespace autograd {
+struct Node;
+}
+
+using Shape = std::vector<int64_t>;
+
+/// "[2, 3, 4]"
+std::string shape_str(const Shape& s);
+/// Product of the extents (1 for a 0-d shape).
+int64_t shape_numel(const Shape& s);
+
+enum class Device : uint8_t { CPU, CUDA };
+const char* device_name(Device d);
+
+enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast3d };
+
+/// Owned, 64-byte aligned bytes.
+class Storage {
+ public:
+  explicit Storage(size_t nbytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+};
+
+struct TensorImpl {
+  Shape shape;
+  Dtype dtype = kFloat32;
+  Device device = Device::CPU;
+  MemoryFormat memory_format = MemoryFormat::Contiguous;
+  std::shared_ptr<Storage> storage;
+  int64_t numel = 0;
+
+  // autograd
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;              // accumulated gradient of a leaf (same shape)
+  std::shared_ptr<autograd::Node> grad_fn;       // the op that produced this tensor (non-leaf)
+};
+
+/// Seeded random source; every random thing in halfgrad takes one (or uses the global one).
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) : engine_(seed) {}
+  void manual_seed(uint64_t seed) { engine_.seed(seed); }
+  std::mt19937_64& engine() { return engine_; }
+  /// Uniform in [0, 1).
+  double uniform();
+  /// Standard normal.
+  double normal();
+  /// Uniform integer in [0, n).
+  int64_t randint(int64_t n);
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+/// The process-wide default generator (seed it with manual_seed).
+Generator& default_generator();
+void manual_seed(uint64_t seed);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- factories ----------------------------------------------------------------------------
+  /// Uninitialised CPU tensor.
+  static Tensor empty(const Shape& shape, Dtype dtype = kFloat32);
+  static Tensor zeros(const Shape& shape, Dtype dtype = kFloat32);
+  static Tensor ones(const Shape& shape, Dtype dtype = kFloat32);
+  static Tensor full(const Shape& shape, double value, Dtype dtype = kFloat32);
+  /// A 0-d tensor holding `value`.
+  static Tensor scalar(double value, Dtype dtype = kFloat32);
+  /// Copies `values` (numel must match the shape) and converts to `dtype` (half rounds to nearest even).
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape, Dtype dtype = kFloat32);
+  static Tensor from_vector(const std::vector<double>& values, const Shape& shape, Dtype dtype = kFloat64);
+  static Tensor from_labels(const std::vector<int64_t>& values, const Shape& shape);
+  /// N(0, std^2) values from `gen`.
+  static Tensor randn(const Shape& shape, Generator& gen, Dtype dtype = kFloat32, double std = 1.0);
+  /// U[lo, hi) values from `gen`.
+  static Tensor uniform(const Shape& shape, double lo, double hi, Generator& gen, Dtype dtype = kFloat32);
+
+  // ---- metadata -----------------------------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  /// Extent of dimension d (negative counts from the end).
+  int64_t size(int64_t d) const;
+  int64_t numel() const;
+  Dtype dtype() const;
+  Device device() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  /// True when both handles point at the same TensorImpl.
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  // ---- data access (CPU) ------------------------------------------------------------------------
+  /// Typed pointer; T must match the dtype: float, double, int64_t, or uint16_t for Float16.
+  template <typename T>
+  T* data() const;
+  void* raw_data() const;
+  /// Element i (flat index) converted to double; for tests and printing.
+  double item_at(int64_t i) const;
+  /// The single value of a 1-element tensor, as double.
+  double item() const;
+  /// All values converted to float / double.
+  std::vector<float> to_float_vector() const;
+  std::vector<double> to_double_vector() const;
+
+  // ---- copies ---------------------------------------------------------------------------------
+  /// Deep copy of the data; the copy is a leaf with requires_grad false.
+  Tensor clone() const;
+  /// Shares the data, drops autograd history: a leaf with requires_grad false.
+  Tensor detach() const;
+  /// Same data, new shape (numel must match); not differentiable - use ops::reshape for that.
+  Tensor view_as_shape(const Shape& shape) const;
+  /// Non-differentiable dtype conversion (copy); ops::to / Tensor::to is the differentiable one.
+  Tensor cast_copy(Dtype dtype) const;
+  /// Copy `src` (same numel) into this tensor's storage, converting dtype.
+  void copy_from(const Tensor& src);
+  void fill_(double value);
+  void zero_() { fill_(0.0); }
+
+  // ---- autograd (defined in autograd/) -------------------------------------------------------------
+  bool requires_grad() const;
+  /// Mark a leaf as needing a gradient. Throws if the tensor is not a leaf or not floating point.
+  Tensor& set_requires_grad(bool r);
+  /// Accumulated gradient of a leaf (undefined Tensor until backward reaches it).
+  Tensor grad() const;
+  void set_grad(const Tensor& g);
+  bool is_leaf() const;
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  /// Backpropagate from this tensor. Without `grad_output` the tensor must hold one element and the
+  /// seed is 1. With retain_graph false the graph's saved tensors are freed afterwards, and a second
+  /// backward through it throws. Gradients accumulate (+=) into leaves' .grad.
+  void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false) const;
+
+  /// Differentiable dtype conversion (defined in ops/cast.cpp); the identity when dtype matches.
+  Tensor to(Dtype dtype) const;
+
+ private:
+  void check_defined(const char* what) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+/// Type trait from C++ type to Dtype (uint16_t stands for Float16 bits).
+template <typename T>
+struct DtypeOf;
+template <> struct DtypeOf<float> { static constexpr Dtype value = kFloat32; };
+template <> struct DtypeOf<double> { static constexpr Dtype value = kFloat64; };
+template <> struct DtypeOf<uint16_t> { static constexpr Dtype value = kFloat16; };
+template <> struct DtypeOf<int64_t> { static constexpr Dtype value = kInt64; };
+
+[[noreturn]] void throw_dtype_mismatch(Dtype have, Dtype want);
+
+template <typename T>
+T* Tensor::data() const {
+  check_defined("data");
+  if (impl_->dtype != DtypeOf<T>::value) throw_dtype_mismatch(impl_->dtype, DtypeOf<T>::value);
+  return static_cast<T*>(impl_->storage->data());
+}
+
+}  // namespace halfgrad

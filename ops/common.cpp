@@ -1,0 +1,32 @@
+#include "ops/common.h"
+
+#include <omp.h>
+
+namespace halfgrad::ops {
+
+void check_input(const char* op, const char* what, const Tensor& t) {
+  HG_CHECK(t.defined(), op << ": " << what << " is an undefined tensor");
+  HG_CHECK(t.device() == Device::CPU, op << ": " << what << " is on " << device_name(t.device())
+                                         << "; this build's " << op << " runs on the CPU only");
+}
+
+void check_floating(const char* op, const char* what, const Tensor& t) {
+  check_input(op, what, t);
+  HG_CHECK(is_floating(t.dtype()), op << ": " << what << " must be a floating-point tensor, got "
+                                      << dtype_name(t.dtype()) << " of shape " << shape_str(t.shape()));
+}
+
+void check_dim(const char* op, const char* what, const Tensor& t, int64_t d, const char* layout) {
+  HG_CHECK(t.dim() == d, op << ": " << what << " must be " << d << "-D " << layout << ", got shape "
+                            << shape_str(t.shape()));
+}
+
+Tensor to_compute(const Tensor& t) { return t.dtype() == kFloat16 ? t.cast_copy(kFloat32) : t; }
+
+Tensor from_compute(const Tensor& t, Dtype out_dtype) {
+  return t.dtype() == out_dtype ? t : t.cast_copy(out_dtype);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+}  // namespace halfgrad::ops

@@ -1,0 +1,42 @@
+// common.h - what every CPU op shares: argument checks that name the op, and the dtype dispatch.
+//
+// Compute precision on the CPU: Float64 ops compute in double (gradient checks); Float32 and Float16
+// ops compute in float. A Float16 op converts its inputs to float, computes with FP32 accumulation,
+// and rounds its output to half once (round-to-nearest-even): the numerics of an FP16 Tensor Core op.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "amp/autocast.h"
+#include "autograd/node.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace halfgrad::ops {
+
+/// Throws "<op>: <what> is undefined / on cuda / not floating" as appropriate.
+void check_input(const char* op, const char* what, const Tensor& t);
+/// Same, and requires a floating dtype.
+void check_floating(const char* op, const char* what, const Tensor& t);
+/// Throws unless t.dim() == d ("<op>: <what> must be 5-D (N, C, D, H, W), got [..]").
+void check_dim(const char* op, const char* what, const Tensor& t, int64_t d, const char* layout);
+
+/// The tensor an op computes with: Float16 -> a Float32 copy; Float32 / Float64 -> itself (no copy).
+Tensor to_compute(const Tensor& t);
+/// The dtype an op computes in for a storage dtype: Float16 -> Float32, others unchanged.
+inline Dtype compute_dtype(Dtype d) { return d == kFloat16 ? kFloat32 : d; }
+/// Convert a compute-precision result to the op's output dtype (rounds once for Float16).
+Tensor from_compute(const Tensor& t, Dtype out_dtype);
+
+/// Calls f(T{}) with T = double for Float64 and T = float otherwise.
+template <typename F>
+decltype(auto) dispatch_compute(Dtype d, F&& f) {
+  if (d == kFloat64) return f(double{});
+  return f(float{});
+}
+
+/// Number of worker threads ops use (OpenMP), and whether n elements of work are worth splitting.
+int num_threads();
+inline bool parallel_worth(int64_t work) { return work >= (1 << 15); }
+
+}  // namespace halfgrad::ops

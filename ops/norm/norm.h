@@ -1,0 +1,33 @@
+// norm.h - batch and instance normalisation (autocast FP32 list: inputs are cast to FP32, outputs FP32).
+//
+// batch_norm, x (N, C, *spatial); statistics over (N, spatial) per channel c:
+//   training:  mu = mean(x), var = mean((x - mu)^2) (biased), xhat = (x - mu) / sqrt(var + eps),
+//              y = weight * xhat + bias; running_mean = (1 - m) running_mean + m mu,
+//              running_var = (1 - m) running_var + m var * n / (n - 1)  (unbiased, as PyTorch)
+//              dx = weight / sqrt(var + eps) * (dy - mean(dy) - xhat * mean(dy * xhat))
+//   evaluation: y = weight * (x - running_mean) / sqrt(running_var + eps) + bias
+// instance_norm, x (N, C, *spatial): statistics per (n, c) over spatial, as batch_norm in training
+//   mode on each sample, no running statistics (torch.nn.functional.instance_norm).
+// weight/bias (C) may be undefined (no affine). running_mean/var (C) float32, updated in place
+// (not on the tape) when training and defined.
+// Errors: x with fewer than 2 dims, C mismatching weight/bias/running stats, training with one value
+// per channel (PyTorch's "Expected more than 1 value per channel when training").
+#pragma once
+#include "core/tensor.h"
+
+namespace halfgrad::ops {
+
+struct BatchNormParams {
+  bool training_ = true;
+  double momentum_ = 0.1;
+  double eps_ = 1e-5;
+  BatchNormParams& training(bool t) { training_ = t; return *this; }
+  BatchNormParams& momentum(double m) { momentum_ = m; return *this; }
+  BatchNormParams& eps(double e) { eps_ = e; return *this; }
+};
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, const BatchNormParams& p = BatchNormParams());
+Tensor instance_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+}  // namespace halfgrad::ops

@@ -1,0 +1,14 @@
+// max_pool3d.h - 3-D max pooling, NCDHW.
+//   x (N, C, D, H, W) -> y (N, C, Do, Ho, Wo), Do = (D - k) / s + 1 (floor, no padding)
+//   y = max over the k^3 window; dx gets dy at the argmax of each window (first maximum on ties),
+//   accumulated where windows overlap.
+// Dtype: runs in the input's dtype (outside autocast's lists).
+// Errors: x not 5-D, kernel or stride < 1, a window larger than the input.
+#pragma once
+#include "core/tensor.h"
+
+namespace halfgrad::ops {
+
+Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride);
+
+}  // namespace halfgrad::ops
