@@ -1,0 +1,191 @@
+#include "amp/grad_scaler.h"
+
+#include <cmath>
+
+#include "autograd/node.h"
+#include "core/error.h"
+#include "ops/elementwise/elementwise.h"
+
+namespace halfgrad::amp {
+
+GradScaler::GradScaler(const GradScalerOptions& o)
+    : enabled_(o.enabled()),
+      fp16_grads_to_fp32_(o.fp16_grads_to_fp32()),
+      init_scale_(o.init_scale()),
+      growth_factor_(o.growth_factor()),
+      backoff_factor_(o.backoff_factor()),
+      growth_interval_(o.growth_interval()) {
+  if (!enabled_) return;
+  HG_CHECK(growth_factor_ > 1.0, "GradScaler: the growth factor must be > 1.0, got " << growth_factor_);
+  HG_CHECK(backoff_factor_ < 1.0, "GradScaler: the backoff factor must be < 1.0, got " << backoff_factor_);
+  HG_CHECK(init_scale_ > 0.0, "GradScaler: init_scale must be > 0, got " << init_scale_);
+  HG_CHECK(growth_interval_ >= 1, "GradScaler: growth_interval must be >= 1, got " << growth_interval_);
+}
+
+void GradScaler::check_initialized(const char* what) const {
+  HG_CHECK(scale_.has_value(), "GradScaler::" << what << ": attempted " << what << " but the scale is not set. "
+                               "This may indicate your script did not use scaler.scale(loss) earlier in the iteration.");
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
+  if (!enabled_) return loss;
+  if (!scale_) {  // PyTorch's _lazy_init_scale_growth_tracker
+    scale_ = static_cast<float>(init_scale_);
+    growth_tracker_ = init_growth_tracker_;
+  }
+  const Tensor s = Tensor::scalar(*scale_, kFloat32);
+  Tensor scaled = ops::mul(loss, s);
+  // PyTorch's type promotion: a 0-d FP32 scale does not widen a loss that has dimensions, so such a
+  // loss keeps its dtype (the product is formed in FP32 and rounded once); a 0-d FP16 loss times the
+  // 0-d FP32 scale is FP32, which ops::mul already gives.
+  if (loss.dim() > 0 && scaled.dtype() != loss.dtype()) scaled = scaled.to(loss.dtype());
+  return scaled;
+}
+
+namespace {
+
+// g *= inv_scale in place (in float for FP32, double for FP64); returns whether any element was inf
+// or NaN before scaling. As _amp_foreach_non_finite_check_and_unscale_, grads are scaled either way.
+template <typename T>
+bool unscale_in_place(T* g, int64_t n, float inv_scale) {
+  int found = 0;
+#pragma omp parallel for schedule(static) reduction(| : found) if (n >= optim::kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = g[i];
+    if (!std::isfinite(v)) found = 1;
+    g[i] = inv_scale == 1.0f ? v : v * static_cast<T>(inv_scale);
+  }
+  return found != 0;
+}
+
+}  // namespace
+
+void GradScaler::unscale_(optim::Optimizer& optimizer) {
+  if (!enabled_) return;
+  check_initialized("unscale_");
+  OptimizerState& st = per_optimizer_[&optimizer];
+  HG_CHECK(st.stage != Stage::Unscaled,
+           "GradScaler::unscale_: unscale_() has already been called on this optimizer since the last update().");
+  HG_CHECK(st.stage != Stage::Stepped, "GradScaler::unscale_: unscale_() is being called after step().");
+  // PyTorch: "FP32 division can be imprecise for certain compile options, so we carry out the
+  // reciprocal in FP64." For a power-of-two scale it is exact either way.
+  const float inv_scale = static_cast<float>(1.0 / static_cast<double>(*scale_));
+
+  std::vector<Tensor> params = optimizer.parameters();
+  for (const Tensor& p : params) {  // check before changing anything
+    const Tensor g = p.grad();
+    HG_CHECK(!g.defined() || g.dtype() != kFloat16 || fp16_grads_to_fp32_,
+             "GradScaler::unscale_: Attempting to unscale FP16 gradients (parameter of shape "
+                 << shape_str(p.shape()) << "). Divided in place they would underflow; keep FP32 master "
+                 "parameters, or set GradScalerOptions().fp16_grads_to_fp32(true) for FP16 parameters.");
+  }
+  NoGradGuard no_grad;
+  bool found_inf = false, any = false;
+  for (Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    any = true;
+    if (g.dtype() == kFloat16) {  // fp16_grads_to_fp32: the unscaled value goes into a new FP32 grad
+      g = g.cast_copy(kFloat32);
+      p.set_grad(g);
+    }
+    found_inf |= g.dtype() == kFloat64 ? unscale_in_place(g.data<double>(), g.numel(), inv_scale)
+                                       : unscale_in_place(g.data<float>(), g.numel(), inv_scale);
+  }
+  st.found_inf = found_inf;
+  st.has_inf_check = any;
+  st.stage = Stage::Unscaled;
+}
+
+bool GradScaler::step(optim::Optimizer& optimizer) {
+  if (!enabled_) {
+    optimizer.step();
+    last_found_inf_ = false;
+    return true;
+  }
+  check_initialized("step");
+  HG_CHECK(per_optimizer_[&optimizer].stage != Stage::Stepped,
+           "GradScaler::step: step() has already been called since the last update().");
+  if (per_optimizer_[&optimizer].stage == Stage::Ready) unscale_(optimizer);
+  OptimizerState& st = per_optimizer_[&optimizer];
+  HG_CHECK(st.has_inf_check, "GradScaler::step: No inf checks were recorded for this optimizer "
+                             "(none of its parameters has a gradient).");
+  const bool stepped = !st.found_inf;
+  if (stepped) optimizer.step();
+  else ++skipped_steps_;
+  last_found_inf_ = st.found_inf;
+  st.stage = Stage::Stepped;
+  return stepped;
+}
+
+void GradScaler::update() {
+  if (!enabled_) return;
+  check_initialized("update");
+  bool any = false, found_inf = false;
+  for (const auto& entry : per_optimizer_) {
+    if (!entry.second.has_inf_check) continue;
+    any = true;
+    found_inf = found_inf || entry.second.found_inf;  // PyTorch sums the found_inf flags
+  }
+  HG_CHECK(any, "GradScaler::update: No inf checks were recorded prior to update.");
+  // _amp_update_scale_ (aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp): float scale times a
+  // double factor, rounded back to float.
+  float& s = *scale_;
+  int32_t& tracker = *growth_tracker_;
+  if (found_inf) {
+    s = static_cast<float>(static_cast<double>(s) * backoff_factor_);
+    tracker = 0;
+  } else {
+    // A successful step: the tracker is incremented before it is compared with growth_interval.
+    const int32_t successful = tracker + 1;
+    if (successful == growth_interval_) {
+      const float grown = static_cast<float>(static_cast<double>(s) * growth_factor_);
+      if (std::isfinite(grown)) s = grown;  // do not grow the scale past FP32's range to inf
+      tracker = 0;
+    } else {
+      tracker = successful;
+    }
+  }
+  per_optimizer_.clear();
+}
+
+void GradScaler::update(double new_scale) {
+  if (!enabled_) return;
+  check_initialized("update");
+  *scale_ = static_cast<float>(new_scale);
+  per_optimizer_.clear();
+}
+
+double GradScaler::get_scale() const {
+  if (!enabled_) return 1.0;
+  return scale_ ? static_cast<double>(*scale_) : init_scale_;
+}
+
+int64_t GradScaler::get_growth_tracker() const {
+  if (!enabled_) return 0;
+  return growth_tracker_ ? *growth_tracker_ : init_growth_tracker_;
+}
+
+nlohmann::json GradScaler::state_dict() const {
+  if (!enabled_) return nlohmann::json::object();
+  return {{"scale", get_scale()},
+          {"growth_factor", growth_factor_},
+          {"backoff_factor", backoff_factor_},
+          {"growth_interval", growth_interval_},
+          {"_growth_tracker", get_growth_tracker()}};
+}
+
+void GradScaler::load_state_dict(const nlohmann::json& sd) {
+  if (!enabled_) return;
+  HG_CHECK(sd.is_object() && !sd.empty(), "GradScaler::load_state_dict: The source state dict is empty, possibly "
+                                          "because it was saved from a disabled instance of GradScaler.");
+  init_scale_ = sd.at("scale").get<double>();
+  if (scale_) scale_ = static_cast<float>(init_scale_);
+  growth_factor_ = sd.at("growth_factor").get<double>();
+  backoff_factor_ = sd.at("backoff_factor").get<double>();
+  growth_interval_ = sd.at("growth_interval").get<int64_t>();
+  init_growth_tracker_ = sd.at("_growth_tracker").get<int32_t>();
+  if (growth_tracker_) growth_tracker_ = init_growth_tracker_;
+}
+
+}  // namespace halfgrad::amp

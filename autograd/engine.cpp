@@ -44,31 +44,52 @@ int add_backward_hook(BackwardHook hook) {
 }
 void remove_backward_hook(int id) { hooks().erase(id); }
 
-// Add g into the slot, converting to the slot's dtype (a leaf's grad has the leaf's dtype).
+// out[i] = a[i] + b[i] in dtype `d` (half: added in float, rounded once).
+static void add_into(const Tensor& a, const Tensor& b, Tensor out) {
+  const int64_t n = out.numel();
+  const Dtype d = out.dtype();
+  if (d == kFloat64) {
+    Tensor bd = b.dtype() == d ? b : b.cast_copy(d);
+    const double *pa = a.data<double>(), *pb = bd.data<double>();
+    double* po = out.data<double>();
+#pragma omp parallel for if (n >= (1 << 16))
+    for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+  } else if (d == kFloat32) {
+    Tensor bf = b.dtype() == d ? b : b.cast_copy(d);
+    const float *pa = a.data<float>(), *pb = bf.data<float>();
+    float* po = out.data<float>();
+#pragma omp parallel for if (n >= (1 << 16))
+    for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+  } else {
+    Tensor af = a.cast_copy(kFloat32), bf = b.cast_copy(kFloat32);
+    float* pa = af.data<float>();
+    const float* pb = bf.data<float>();
+    for (int64_t i = 0; i < n; ++i) pa[i] += pb[i];
+    out.copy_from(af);
+  }
+}
+
+// Sum a gradient contribution into a slot. Leaf slots (.grad) own their buffer and are added to in
+// place (users and GradScaler also modify .grad in place). Intermediate slots may alias a tensor an
+// op's backward returned (e.g. add passes dy through), so they are never written: the first
+// contribution is kept as is (no copy) and later ones are summed into a new buffer.
 static void accumulate(std::shared_ptr<TensorImpl>& slot, const Tensor& g, Dtype dtype, const Shape& shape,
-                       const std::string& where) {
+                       const std::string& where, bool leaf) {
   HG_CHECK(g.shape() == shape, where << ": gradient of shape " << shape_str(g.shape())
                                      << " for a tensor of shape " << shape_str(shape));
   if (!slot) {
-    slot = g.cast_copy(dtype).impl_ptr();  // own copy: later += must not write into an op's buffer
+    slot = (leaf || g.dtype() != dtype) ? g.cast_copy(dtype).impl_ptr() : g.impl_ptr();
     return;
   }
   Tensor acc(slot);
-  const int64_t n = acc.numel();
-  if (dtype == kFloat64) {
-    Tensor gd = g.dtype() == kFloat64 ? g : g.cast_copy(kFloat64);
-    double* a = acc.data<double>();
-    const double* b = gd.data<double>();
-    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
-  } else if (dtype == kFloat32) {
-    Tensor gf = g.dtype() == kFloat32 ? g : g.cast_copy(kFloat32);
-    float* a = acc.data<float>();
-    const float* b = gf.data<float>();
-    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
-  } else {  // half: add in float, round once
-    std::vector<float> a = acc.to_float_vector(), b = g.to_float_vector();
-    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
-    float_to_half_array(a.data(), acc.data<uint16_t>(), n);
+  HG_CHECK(acc.dtype() == dtype, where << ": accumulated gradient is " << dtype_name(acc.dtype()) << " but the tensor is "
+                                       << dtype_name(dtype) << " (was .grad replaced? call zero_grad before backward)");
+  if (leaf) {
+    add_into(acc, g, acc);
+  } else {
+    Tensor out = Tensor::empty(shape, dtype);
+    add_into(acc, g, out);
+    slot = out.impl_ptr();
   }
 }
 
@@ -116,9 +137,9 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
       if (!in.defined() || !gi.defined() || !in.impl()->requires_grad) continue;
       const std::string where = "backward of '" + node->name + "', input " + std::to_string(i);
       if (in.impl()->grad_fn) {
-        accumulate(grads[in.impl()->grad_fn.get()], gi, in.dtype(), in.shape(), where);
+        accumulate(grads[in.impl()->grad_fn.get()], gi, in.dtype(), in.shape(), where, false);
       } else {
-        accumulate(in.impl()->grad, gi, in.dtype(), in.shape(), where);
+        accumulate(in.impl()->grad, gi, in.dtype(), in.shape(), where, true);
       }
     }
     if (!retain_graph) {

@@ -1,10 +1,12 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
+#include "core/allocator.h"
 #include "core/error.h"
 
 namespace halfgrad {
@@ -25,14 +27,10 @@ int64_t shape_numel(const Shape& s) {
 
 const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
-Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
-  // 64-byte alignment: a cache line, and enough for any SIMD load Eigen or the compiler emits.
-  size_t rounded = (nbytes + 63) / 64 * 64;
-  data_ = std::aligned_alloc(64, rounded ? rounded : 64);
-  HG_CHECK(data_ != nullptr, "Storage: out of memory allocating " << nbytes << " bytes");
-}
+// 64-byte alignment (a cache line, enough for any SIMD load), through the caching allocator.
+Storage::Storage(size_t nbytes) : data_(cpu_allocate(nbytes)), nbytes_(nbytes) {}
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() { cpu_free(data_, nbytes_); }
 
 double Generator::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(engine_); }
 double Generator::normal() { return std::normal_distribution<double>(0.0, 1.0)(engine_); }
@@ -217,16 +215,29 @@ static void convert(const Tensor& src, const Tensor& dst) {
   const int64_t n = src.numel();
   const Dtype a = src.dtype(), b = dst.dtype();
   if (a == b) { std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes()); return; }
+  constexpr int64_t kChunk = 1 << 16;  // elements per parallel chunk of the half conversions
+  if (a == kFloat16 && b == kFloat32) {
+    const uint16_t* s = src.data<uint16_t>();
+    float* d = dst.data<float>();
+#pragma omp parallel for if (n >= 4 * kChunk)
+    for (int64_t i = 0; i < n; i += kChunk) half_to_float_array(s + i, d + i, std::min(kChunk, n - i));
+    return;
+  }
+  if (a == kFloat32 && b == kFloat16) {
+    const float* s = src.data<float>();
+    uint16_t* d = dst.data<uint16_t>();
+#pragma omp parallel for if (n >= 4 * kChunk)
+    for (int64_t i = 0; i < n; i += kChunk) float_to_half_array(s + i, d + i, std::min(kChunk, n - i));
+    return;
+  }
   if (a == kFloat16) {
     std::vector<float> tmp(n);
     half_to_float_array(src.data<uint16_t>(), tmp.data(), n);
-    if (b == kFloat32) std::memcpy(dst.raw_data(), tmp.data(), n * 4);
-    else if (b == kFloat64) convert_loop(tmp.data(), dst.data<double>(), n);
+    if (b == kFloat64) convert_loop(tmp.data(), dst.data<double>(), n);
     else convert_loop(tmp.data(), dst.data<int64_t>(), n);
     return;
   }
   if (b == kFloat16) {
-    if (a == kFloat32) { float_to_half_array(src.data<float>(), dst.data<uint16_t>(), n); return; }
     std::vector<float> tmp(n);
     if (a == kFloat64) convert_loop(src.data<double>(), tmp.data(), n);
     else convert_loop(src.data<int64_t>(), tmp.data(), n);

@@ -1,0 +1,165 @@
+// optimizer.h - what every halfgrad optimizer shares: parameter groups, per-parameter state,
+// zero_grad, step, state_dict / load_state_dict, and FP32 master weights for FP16 parameters.
+//
+// Names and structure follow libtorch's C++ frontend (torch/optim/optimizer.h) and PyTorch's
+// torch.optim.Optimizer:
+//   * An optimizer holds parameter groups. Each group is a list of parameters (leaf Tensors whose
+//     .grad() backward fills) and its own options (lr, weight decay, ...); a group built without
+//     options takes a copy of the optimizer's defaults. LR schedulers change each group's lr.
+//   * step() updates every parameter that has a gradient and skips the ones whose grad is undefined.
+//     It reads and writes raw data under a NoGradGuard, so an update is never recorded on the tape.
+//   * Per-parameter state (step count, moment buffers) is created on a parameter's first update.
+//
+// Master weights (mixed precision, "O2"): a Float16 parameter cannot hold a small update - near 1.0
+// the spacing of halves is 2^-10, so adding lr * update = 1e-4 rounds back to the same value and the
+// parameter never moves. For a Float16 parameter the optimizer therefore keeps an FP32 copy (the
+// master weight, created from the parameter on its first update), keeps its moments in FP32, applies
+// the update to the master, and writes the master rounded to half (nearest-even) back into the
+// parameter. Gradients may be Float16 or Float32; they are converted to the update's precision
+// first. Float32 parameters are updated in place in FP32, Float64 ones in FP64.
+//
+// state_dict() is JSON in PyTorch's layout: {"state": {"<index>": {...}}, "param_groups": [{<options>,
+// "params": [<index>, ...]}]}, where a parameter's index counts through the groups in order. Tensors
+// (moments, master weights) are stored as their exact bytes in base64 (optim/tensor_json.h), so
+// save -> load -> continue gives bit-identical parameters to never having stopped.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tensor.h"
+
+namespace halfgrad::optim {
+
+/// Hyperparameters of one parameter group. Each optimizer derives its own (AdamWOptions, SGDOptions)
+/// with chainable setters; the base gives schedulers access to lr.
+class OptimizerOptions {
+ public:
+  virtual ~OptimizerOptions() = default;
+  virtual std::unique_ptr<OptimizerOptions> clone() const = 0;
+  virtual double get_lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+  /// Throws halfgrad::Error naming the optimizer and the bad value (e.g. a negative lr).
+  virtual void validate() const = 0;
+  /// The options as a JSON object ({"lr": ..., "weight_decay": ...}), without "params".
+  virtual nlohmann::json to_json() const = 0;
+  /// Read back what to_json wrote.
+  virtual void from_json(const nlohmann::json& j) = 0;
+};
+
+/// Per-parameter state. `master` is the FP32 master weight of a Float16 parameter (undefined for
+/// Float32 / Float64 parameters, which are updated in place).
+struct OptimizerParamState {
+  virtual ~OptimizerParamState() = default;
+  Tensor master;
+  /// The state as a JSON object (tensors in base64, see tensor_json.h).
+  virtual nlohmann::json to_json() const;
+  virtual void from_json(const nlohmann::json& j);
+  /// Throws unless the loaded state fits `param`: a master exactly when the parameter is Float16,
+  /// and buffers of the parameter's shape in its update dtype (FP32 for a Float16 parameter).
+  virtual void check_matches(const Tensor& param, const std::string& where) const;
+
+ protected:
+  /// The dtype the update computes in for a parameter: Float32 for Float16 (master weights), else its own.
+  static Dtype update_dtype(const Tensor& param) { return param.dtype() == kFloat16 ? kFloat32 : param.dtype(); }
+  /// Throws unless `buffer` is undefined or has `param`'s shape and update dtype.
+  static void check_buffer(const Tensor& buffer, const char* name, const Tensor& param, const std::string& where);
+};
+
+/// A list of parameters with their options (as torch::optim::OptimizerParamGroup).
+class OptimizerParamGroup {
+ public:
+  /// Options left empty: the optimizer fills in a copy of its defaults.
+  explicit OptimizerParamGroup(std::vector<Tensor> params) : params_(std::move(params)) {}
+  OptimizerParamGroup(std::vector<Tensor> params, std::unique_ptr<OptimizerOptions> options)
+      : params_(std::move(params)), options_(std::move(options)) {}
+  OptimizerParamGroup(const OptimizerParamGroup& o);
+  OptimizerParamGroup& operator=(const OptimizerParamGroup& o);
+  OptimizerParamGroup(OptimizerParamGroup&&) = default;
+  OptimizerParamGroup& operator=(OptimizerParamGroup&&) = default;
+
+  std::vector<Tensor>& params() { return params_; }
+  const std::vector<Tensor>& params() const { return params_; }
+  bool has_options() const { return options_ != nullptr; }
+  OptimizerOptions& options();
+  const OptimizerOptions& options() const;
+  void set_options(std::unique_ptr<OptimizerOptions> options) { options_ = std::move(options); }
+
+  /// The lr the first LR scheduler found (PyTorch's group["initial_lr"]); schedulers' base_lrs.
+  std::optional<double> initial_lr;
+
+ private:
+  std::vector<Tensor> params_;
+  std::unique_ptr<OptimizerOptions> options_;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// One update of every parameter that has a gradient.
+  virtual void step() = 0;
+
+  /// Clear every parameter's gradient: drop it (set_to_none, PyTorch >= 2.0's default; the next
+  /// backward allocates a fresh one) or fill it with zeros.
+  void zero_grad(bool set_to_none = true);
+
+  /// Append a group; its options default to a copy of the optimizer's defaults. Throws if a
+  /// parameter is undefined, not floating point, not a leaf, or already in a group.
+  void add_param_group(const OptimizerParamGroup& group);
+
+  std::vector<OptimizerParamGroup>& param_groups() { return param_groups_; }
+  const std::vector<OptimizerParamGroup>& param_groups() const { return param_groups_; }
+  /// Every parameter, group by group.
+  std::vector<Tensor> parameters() const;
+  const OptimizerOptions& defaults() const { return *defaults_; }
+
+  /// A parameter's state, or nullptr before its first update (for inspection and tests).
+  const OptimizerParamState* param_state(const Tensor& param) const;
+
+  /// {"state": {"<index>": {...}}, "param_groups": [{<options>, "params": [indices]}]}.
+  nlohmann::json state_dict() const;
+  /// Restore options and state saved by state_dict() from an optimizer over parameters of the same
+  /// groups, counts, shapes and dtypes (checked; nothing changes if a check fails).
+  void load_state_dict(const nlohmann::json& state_dict);
+
+ protected:
+  /// `name` ("AdamW", "SGD") prefixes error messages.
+  Optimizer(const char* name, std::vector<OptimizerParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults);
+
+  /// A fresh, empty state object of the derived optimizer's type (for load_state_dict).
+  virtual std::unique_ptr<OptimizerParamState> make_param_state() const = 0;
+
+  /// The state of `param`, created on first use.
+  template <typename State>
+  State& state_of(const Tensor& param) {
+    auto& slot = state_[param.impl()];
+    if (!slot) slot = std::make_unique<State>();
+    return static_cast<State&>(*slot);
+  }
+
+  /// The tensor the update reads and writes in place: `param` itself for Float32 / Float64, the FP32
+  /// master copy in `state` for Float16 (created from the parameter's values the first time).
+  static Tensor update_target(const Tensor& param, OptimizerParamState& state);
+  /// After the update: round the master into a Float16 parameter (a no-op for the others).
+  static void write_back(const Tensor& param, const OptimizerParamState& state);
+  /// `grad` in dtype `d` (itself when it already is; a converted copy otherwise).
+  static Tensor grad_as(const Tensor& grad, Dtype d);
+
+  const char* name_;
+  std::vector<OptimizerParamGroup> param_groups_;
+  std::unique_ptr<OptimizerOptions> defaults_;
+  std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>> state_;
+};
+
+/// Element count from which the update loops are split over OpenMP threads: below it, starting the
+/// threads costs more than the few microseconds of arithmetic.
+constexpr int64_t kParallelMinElements = int64_t{1} << 16;
+
+}  // namespace halfgrad::optim

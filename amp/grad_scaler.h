@@ -1,0 +1,152 @@
+// grad_scaler.h - dynamic loss scaling, as torch.amp.GradScaler (torch/amp/grad_scaler.py and the
+// _amp_update_scale_ / _amp_foreach_non_finite_check_and_unscale_ kernels, PyTorch >= 2.3).
+//
+// Why: FP16 gradients smaller than 2^-24 flush to zero. Multiplying the loss by a large scale S before
+// backward multiplies every gradient by S (the chain rule is linear), lifting small gradients into
+// FP16's range; the gradients are divided by S again before the optimizer sees them. If S is too
+// large some gradient overflows to inf (or becomes NaN); that step is skipped and S is halved. After
+// growth_interval clean steps in a row S is doubled again, so S hovers just below the overflow level.
+//
+// The loop (PyTorch's recipe):
+//     optimizer.zero_grad();
+//     Tensor loss = ...;                         // forward, under AutocastGuard
+//     scaler.scale(loss).backward();             // grads = S * dloss/dp
+//     scaler.unscale_(optimizer);                // optional: only to clip or inspect true grads
+//     clip_grad_norm_(params, max_norm);
+//     scaler.step(optimizer);                    // unscale_ if not done; optimizer.step() unless inf/NaN
+//     scaler.update();                           // backoff or grow S
+//
+// The state: scale S (an FP32 value, as PyTorch's 0-d float32 tensor) and growth_tracker (int32: clean
+// steps since the last change). update() is exactly _amp_update_scale_:
+//     if found_inf:  S = float(S * backoff_factor);  tracker = 0
+//     else:          tracker += 1
+//                    if tracker == growth_interval:  S' = float(S * growth_factor); S = S' if S' is finite; tracker = 0
+// (the products are formed in double, from the FP32 S and the double factors, and rounded to float).
+// Like PyTorch, S and the tracker start lazily at the first scale(): unscale_, step and update before
+// any scale() throw. Per optimizer the scaler tracks a stage: READY -> (unscale_) UNSCALED ->
+// (step) STEPPED, reset to READY by update(). So unscale_ twice, unscale_ after step, or step twice
+// without an update() in between throw, as in PyTorch.
+//
+// Gradient dtypes: unscale_ multiplies FP32 (and FP64) gradients in place by inv_scale =
+// float(1 / double(S)) and records found_inf if any element is inf or NaN (before scaling; the grads
+// are scaled either way). FP16 gradients are refused with PyTorch's error ("Attempting to unscale FP16
+// gradients"): divided by S in place they would underflow, which is what scaling exists to avoid.
+// For pure-FP16 models (FP16 parameters with FP32 master weights in the optimizer) set
+// GradScalerOptions().fp16_grads_to_fp32(true): each FP16 gradient is then replaced by a new FP32
+// tensor holding float(g) * inv_scale, which the optimizers accept - the FP32 "master gradients" of
+// NVIDIA apex's O2. This is halfgrad's extension; PyTorch has no equivalent switch.
+//
+// Disabled (enabled(false)): scale returns the loss unchanged, unscale_ and update do nothing, step
+// calls optimizer.step() and returns true, get_scale() is 1 and state_dict() is {}.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tensor.h"
+#include "optim/optimizer.h"
+
+namespace halfgrad::amp {
+
+class GradScalerOptions {
+ public:
+  /// PyTorch's defaults: init_scale 2^16, growth_factor 2, backoff_factor 0.5, growth_interval 2000.
+  GradScalerOptions() = default;
+
+  GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
+  GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
+  GradScalerOptions& backoff_factor(double v) { backoff_factor_ = v; return *this; }
+  GradScalerOptions& growth_interval(int64_t v) { growth_interval_ = v; return *this; }
+  GradScalerOptions& enabled(bool v) { enabled_ = v; return *this; }
+  /// halfgrad's extension: unscale FP16 gradients into new FP32 gradient tensors instead of throwing.
+  GradScalerOptions& fp16_grads_to_fp32(bool v) { fp16_grads_to_fp32_ = v; return *this; }
+  double init_scale() const { return init_scale_; }
+  double growth_factor() const { return growth_factor_; }
+  double backoff_factor() const { return backoff_factor_; }
+  int64_t growth_interval() const { return growth_interval_; }
+  bool enabled() const { return enabled_; }
+  bool fp16_grads_to_fp32() const { return fp16_grads_to_fp32_; }
+
+ private:
+  double init_scale_ = 65536.0;  // 2^16
+  double growth_factor_ = 2.0;
+  double backoff_factor_ = 0.5;
+  int64_t growth_interval_ = 2000;
+  bool enabled_ = true;
+  bool fp16_grads_to_fp32_ = false;
+};
+
+class GradScaler {
+ public:
+  /// Throws (when enabled) unless growth_factor > 1 and backoff_factor < 1, as PyTorch asserts, and
+  /// unless init_scale > 0 and growth_interval >= 1 (halfgrad's checks).
+  explicit GradScaler(const GradScalerOptions& options = GradScalerOptions());
+
+  /// loss * S, recorded on the tape so that backward starts from S (and every gradient carries the
+  /// factor S). S is an FP32 0-d tensor, so an FP16 0-d loss gives an FP32 product as in PyTorch's
+  /// type promotion; a loss with dimensions keeps its dtype (the product is formed in FP32 and
+  /// rounded once). Disabled: returns `loss`.
+  Tensor scale(const Tensor& loss);
+  /// Divide `optimizer`'s gradients by S (multiply by float(1 / double(S))) and record whether any
+  /// was inf or NaN. At most once per optimizer between update()s, and not after step().
+  void unscale_(optim::Optimizer& optimizer);
+  /// unscale_ if not done yet this iteration, then optimizer.step() unless a gradient was inf/NaN.
+  /// Returns whether optimizer.step() ran. Throws if no parameter of `optimizer` has a gradient
+  /// (PyTorch: "No inf checks were recorded for this optimizer").
+  bool step(optim::Optimizer& optimizer);
+  /// Back off or grow S from the found_inf of every optimizer stepped since the last update, and
+  /// reset every optimizer's stage.
+  void update();
+  /// PyTorch's update(new_scale): set S directly (rounded to FP32); the tracker is left as it is.
+  void update(double new_scale);
+
+  /// S (init_scale until the first scale()); 1 when disabled.
+  double get_scale() const;
+  /// Clean steps since the last change of S; 0 when disabled.
+  int64_t get_growth_tracker() const;
+  double get_growth_factor() const { return growth_factor_; }
+  void set_growth_factor(double v) { growth_factor_ = v; }
+  double get_backoff_factor() const { return backoff_factor_; }
+  void set_backoff_factor(double v) { backoff_factor_ = v; }
+  int64_t get_growth_interval() const { return growth_interval_; }
+  void set_growth_interval(int64_t v) { growth_interval_ = v; }
+  bool is_enabled() const { return enabled_; }
+
+  /// For logging: whether the last step() found an inf/NaN (and so skipped optimizer.step()), and
+  /// how many step() calls have been skipped since construction (not part of state_dict, as in PyTorch
+  /// which has neither).
+  bool found_inf() const { return last_found_inf_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+
+  /// {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}; {} when disabled.
+  nlohmann::json state_dict() const;
+  /// Restore what state_dict() wrote; throws on an empty dict (saved from a disabled scaler), as PyTorch.
+  void load_state_dict(const nlohmann::json& state_dict);
+
+ private:
+  enum class Stage { Ready, Unscaled, Stepped };
+  struct OptimizerState {
+    Stage stage = Stage::Ready;
+    bool found_inf = false;       // PyTorch's found_inf_per_device, for the one (CPU) device
+    bool has_inf_check = false;   // false when no parameter had a gradient
+  };
+  void check_initialized(const char* what) const;
+
+  bool enabled_;
+  bool fp16_grads_to_fp32_;
+  double init_scale_;
+  double growth_factor_;
+  double backoff_factor_;
+  int64_t growth_interval_;
+  int32_t init_growth_tracker_ = 0;
+  std::optional<float> scale_;               // PyTorch's _scale: created by the first scale()
+  std::optional<int32_t> growth_tracker_;    // PyTorch's _growth_tracker
+  // Keyed by the optimizer's address, as PyTorch keys _per_optimizer_states by id(optimizer).
+  std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_;
+  bool last_found_inf_ = false;
+  int64_t skipped_steps_ = 0;
+};
+
+}  // namespace halfgrad::amp

@@ -1,0 +1,82 @@
+#include "examples/05_unet3d/data.h"
+
+#include <iostream>
+
+#include "core/error.h"
+#include "io/mricron.h"
+#include "io/msd.h"
+#include "io/preprocess.h"
+
+namespace unet3d_app {
+
+using namespace halfgrad;
+
+static Shape to_shape(const std::array<int64_t, 3>& a) { return {a[0], a[1], a[2]}; }
+
+// Volumes for the network must be divisible by 2^levels in every extent: round up.
+static Shape divisible_shape(const Shape& s, int64_t levels) {
+  const int64_t m = int64_t{1} << levels;
+  Shape out;
+  for (int64_t e : s) out.push_back((e + m - 1) / m * m);
+  return out;
+}
+
+SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval) {
+  io::MsdDataset ds = io::load_msd(dir);
+  SegData data;
+  data.source = (ds.name.empty() ? std::string("MSD dataset") : ds.name) + " at " + dir;
+  data.num_classes = ds.num_classes;
+  data.class_names = ds.class_names;
+  io::MsdSplit split;
+  if (all_for_eval) split.val = ds.pairs;
+  else split = io::split_every_fifth(ds.pairs);
+  const Shape shape = to_shape(r.volume_shape);
+  auto load = [&](const std::vector<io::MsdPair>& pairs, std::vector<SegVolume>& out) {
+    for (const io::MsdPair& p : pairs) {
+      io::MsdCase c = io::load_msd_case(p, ds.num_classes);
+      // As the reference's prep: z-score the whole volume, then zero-pad / crop at the end.
+      io::Sample s = io::prepare_fixed_shape(io::zscore(c.image.data), c.label.data, shape);
+      out.push_back({p.image, s.image, s.label});
+    }
+  };
+  load(split.train, data.train);
+  load(split.val, data.val);
+  return data;
+}
+
+SegData load_default_data(const Recipe& r) {
+  io::BrainAtlas atlas = io::load_mricron_atlas(io::MricronOptions().with_factor(2));
+  io::AtlasSplit split = io::split_hemispheres(atlas);
+  SegData data;
+  data.source = "mricron-data ch2 T1 + AAL lobes (2 mm; left hemisphere trains, right validates)";
+  data.num_classes = io::kNumLobeClasses;
+  data.class_names = io::lobe_class_names();
+  const int64_t levels = static_cast<int64_t>(r.model.channels().size());
+  // Validation runs on the whole right hemisphere, padded so that every extent divides by 2^levels.
+  const Shape vshape = divisible_shape(split.val.image.shape(), levels);
+  io::Sample val = io::prepare_fixed_shape(split.val.image, split.val.label, vshape);
+  data.train.push_back({"ch2 left hemisphere", split.train.image, split.train.label});
+  data.val.push_back({"ch2 right hemisphere", val.image, val.label});
+  return data;
+}
+
+void make_training_batch(const SegData& data, const Recipe& r, Generator& gen, Tensor& x, Tensor& y) {
+  HG_CHECK(!data.train.empty(), "halfgrad-unet3d: no training volumes");
+  std::vector<io::Sample> samples;
+  const bool patches = r.patch[0] > 0;
+  for (int64_t b = 0; b < r.batch; ++b) {
+    const SegVolume& v = data.train[gen.randint(static_cast<int64_t>(data.train.size()))];
+    io::Sample s{v.image, v.label};
+    if (patches)
+      s = io::random_patch(s, io::PatchOptions().with_size(to_shape(r.patch)).with_foreground_prob(r.foreground_prob),
+                           gen);
+    for (int64_t axis : r.flip_axes)
+      if (gen.uniform() < 0.5) s = {io::flip(s.image, axis), io::flip(s.label, axis)};
+    samples.push_back(s);
+  }
+  io::Batch batch = io::make_batch(samples);
+  x = batch.image;
+  y = batch.label;
+}
+
+}  // namespace unet3d_app

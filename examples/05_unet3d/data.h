@@ -1,0 +1,42 @@
+// data.h - the volumes halfgrad-unet3d trains and validates on.
+//
+// Two sources:
+//   --data DIR   a Medical Segmentation Decathlon folder (dataset.json, imagesTr/, labelsTr/); pairs
+//                sorted by image file name, every 5th (index % 5 == 4) held out for validation, as
+//                ../shared/reference/torch_hippo_train.py does. Volumes are z-scored and padded or
+//                cropped to the recipe's volume shape, exactly as the reference's `prep`.
+//   (no --data)  the embedded default: Debian's mricron-data (ch2 T1 brain, AAL regions grouped into
+//                lobes), with a held-out slab for validation (io/mricron.h).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "examples/05_unet3d/recipe.h"
+
+namespace unet3d_app {
+
+struct SegVolume {
+  std::string name;
+  halfgrad::Tensor image;  // (D, H, W) float32, z-scored
+  halfgrad::Tensor label;  // (D, H, W) int64 in [0, num_classes)
+};
+
+struct SegData {
+  std::string source;                    // "hippocampus at DIR" / "mricron-data ch2 + aal"
+  std::vector<SegVolume> train, val;
+  int64_t num_classes = 0;
+  std::vector<std::string> class_names;  // class_names[0] is background
+};
+
+/// MSD folder `dir`; `all_for_eval` puts every pair in `val` (for the eval subcommand).
+SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval);
+/// The embedded default (mricron-data).
+SegData load_default_data(const Recipe& r);
+
+/// A training batch: x (B, 1, d, h, w) float32, y (B, d, h, w) int64; patches (or whole volumes),
+/// random flips along each axis applied to image and label together. Seeded by `gen`.
+void make_training_batch(const SegData& data, const Recipe& r, halfgrad::Generator& gen, halfgrad::Tensor& x,
+                         halfgrad::Tensor& y);
+
+}  // namespace unet3d_app

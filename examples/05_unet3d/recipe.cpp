@@ -1,0 +1,27 @@
+#include "examples/05_unet3d/recipe.h"
+
+#include "core/error.h"
+
+namespace unet3d_app {
+
+Recipe recipe_by_name(const std::string& name) {
+  Recipe r;
+  r.name = name;
+  if (name == "reference") return r;  // the defaults above are torch_hippo_train.py's recipe
+  if (name == "cpu") {
+    r.model = halfgrad::nn::UNet3dOptions::cpu();
+    r.patch = {32, 32, 32};
+    r.foreground_prob = 0.67;
+    r.batch = 4;
+    r.lr = 3e-3;
+    r.epochs = 12;
+    r.warmup_epochs = 1;
+    r.cosine = true;
+    r.samples_per_epoch = 160;
+    r.val_every = 1;
+    return r;
+  }
+  HG_FAIL("halfgrad-unet3d: unknown --config '" << name << "'; expected one of: cpu, reference");
+}
+
+}  // namespace unet3d_app

@@ -1,0 +1,39 @@
+// recipe.h - the training configurations of halfgrad-unet3d (`--config NAME`).
+//
+//   reference  the reference U-Net of ../shared/reference (16-32-64-128, bottleneck 256, BatchNorm),
+//              whole volumes padded to 48x64x48, batch 8, AdamW 1e-3 / wd 1e-2, 100 epochs: the recipe
+//              of torch_hippo_train.py, sized for a GPU.
+//   cpu        sized for a 2-core machine without a GPU: half width (8-16-32-64, bottleneck 128),
+//              training on 32^3 patches centred on foreground two times out of three, batch 4,
+//              AdamW 3e-3 with a linear warm-up and cosine decay. Validation still runs on whole
+//              volumes, so its Dice is comparable with the reference's.
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+#include "nn/unet3d.h"
+
+namespace unet3d_app {
+
+struct Recipe {
+  std::string name;
+  halfgrad::nn::UNet3dOptions model;
+  std::array<int64_t, 3> volume_shape{48, 64, 48};  // (z, y, x): validation volumes are padded/cropped to it
+  std::array<int64_t, 3> patch{0, 0, 0};            // training patch (z, y, x); 0 = whole volumes
+  double foreground_prob = 0.0;                     // P(patch centred on a foreground voxel)
+  int64_t batch = 8;
+  double lr = 1e-3;
+  double weight_decay = 1e-2;
+  int64_t epochs = 100;
+  int64_t warmup_epochs = 0;   // linear warm-up from lr/10
+  bool cosine = false;         // cosine decay to lr/20 after warm-up
+  int64_t samples_per_epoch = 0;  // 0 = one pass over the training volumes
+  int64_t val_every = 10;
+  std::vector<int64_t> flip_axes{0, 1, 2};  // (z, y, x) axes flipped with probability 1/2 each
+};
+
+/// The named recipe; throws halfgrad::Error listing the known names otherwise.
+Recipe recipe_by_name(const std::string& name);
+
+}  // namespace unet3d_app

@@ -1,0 +1,61 @@
+// msd.h - datasets in the Medical Segmentation Decathlon (MSD) layout.
+//
+//   <root>/dataset.json    {"labels": {"0": "background", "1": ..., ...},
+//                           "training": [{"image": "./imagesTr/x.nii.gz", "label": "./labelsTr/x.nii.gz"}, ...]}
+//   <root>/imagesTr/*.nii.gz, <root>/labelsTr/*.nii.gz
+//
+// Paths in dataset.json are relative to <root>. The class count is the size of the `labels` map,
+// whose keys must be "0" .. "n-1". Pairs are sorted by their `image` entry, and the validation split
+// is every fifth pair in that order (index % 5 == 4), as ../shared/reference/torch_hippo_train.py
+// does: for the 200-pair hippocampus set, 160 training and 40 validation pairs.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/nifti.h"
+
+namespace halfgrad::io {
+
+/// One training case: full paths (root joined with the dataset.json entry).
+struct MsdPair {
+  std::string image;
+  std::string label;
+};
+
+struct MsdDataset {
+  std::string root;
+  std::string name;                      // dataset.json "name" ("" when absent)
+  int64_t num_classes = 0;               // size of the "labels" map, background included
+  std::vector<std::string> class_names;  // class_names[c] = labels["c"]
+  std::vector<MsdPair> pairs;            // sorted by the image entry of dataset.json
+};
+
+/// Parses <root>/dataset.json and checks every listed file exists (nothing is read yet).
+/// Throws halfgrad::Error naming the file when dataset.json is missing or not valid JSON, when
+/// `labels` or `training` is missing or malformed (keys not "0".."n-1", an entry without
+/// image/label), or when a listed image or label file does not exist.
+MsdDataset load_msd(const std::string& root);
+
+struct MsdSplit {
+  std::vector<MsdPair> train;
+  std::vector<MsdPair> val;
+};
+
+/// The reference's split: pairs[i] goes to validation when i % 5 == 4, else to training; order kept.
+/// `pairs` should be in load_msd's order (sorted by image file name).
+MsdSplit split_every_fifth(const std::vector<MsdPair>& pairs);
+
+/// One loaded case: image float32 (D, H, W) and label map int64 (D, H, W) with values in
+/// [0, num_classes), both with the geometry of their files.
+struct MsdCase {
+  Volume image;
+  Volume label;
+};
+
+/// Reads pair.image (read_nifti) and pair.label (read_label_nifti) and checks that the shapes are
+/// equal and that every label is in [0, num_classes). Throws halfgrad::Error naming the file(s), the
+/// shapes or the offending value and voxel, and what was expected; read errors as read_nifti.
+MsdCase load_msd_case(const MsdPair& pair, int64_t num_classes);
+
+}  // namespace halfgrad::io

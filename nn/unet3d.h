@@ -1,0 +1,97 @@
+// unet3d.h - the 3-D U-Net of the project's reference (../shared/reference/torch_unet_step.py, class
+// UNet3D), layer for layer, with the same parameter names and order as its PyTorch state_dict.
+//
+//   block(ci, co) = Sequential(Conv3d(ci, co, 3, padding 1, no bias), Norm(co), ReLU,
+//                              Conv3d(co, co, 3, padding 1, no bias), Norm(co), ReLU)
+//   encoder   for each level l with width c_l:  x = enc[l](x); skip_l = x; x = max_pool3d(x, 2)
+//   bottleneck x = bott(x)                              (c_last -> bottleneck)
+//   decoder   for each level from the deepest:  x = dec[i](cat([up[i](x), skip], channels))
+//             up[i] = ConvTranspose3d(c_in, c_l, 2, stride 2) (with bias), dec[i] = block(2 c_l, c_l)
+//   head      Conv3d(c_0, num_classes, 1) with bias -> logits
+// Shapes: x (N, in_channels, D, H, W) -> logits (N, num_classes, D, H, W). D, H and W must each be
+// divisible by 2^levels (levels = channels.size()), since every level halves them and the decoder
+// must meet the skip at the same size.
+// Names: enc.{l}.{0,1,3,4}.*, bott.*, up.{i}.{weight,bias}, dec.{i}.*, head.{weight,bias}
+// (Sequential indices 0 conv, 1 norm, 2 ReLU, 3 conv, 4 norm, 5 ReLU, as PyTorch).
+//
+// Parameter counts (in_channels 1, num_classes 3):
+//   default  channels {16, 32, 64, 128}, bottleneck 256, Batch:  5,646,419  (= the PyTorch reference)
+//   cpu()    channels {8, 16, 32, 64},   bottleneck 128, Batch:  1,412,523
+// Norm variants: Instance uses InstanceNorm3d with PyTorch's default affine=false (no parameters;
+// default widths: 5,643,475); None drops the norm and gives the block convs a bias, as one would
+// in PyTorch (default widths: 5,644,947).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/containers.h"
+#include "nn/conv3d.h"
+#include "nn/module.h"
+
+namespace halfgrad::nn {
+
+/// The normalisation after each block conv.
+enum class NormKind : uint8_t { Batch, Instance, None };
+/// "batch", "instance", "none".
+const char* norm_kind_name(NormKind n);
+
+/// UNet3dOptions().in_channels(1).num_classes(3).channels({16, 32, 64, 128}).bottleneck(256).norm(..);
+/// each setter has a same-named getter (options.bottleneck()).
+struct UNet3dOptions {
+  UNet3dOptions& in_channels(int64_t c) { in_channels_ = c; return *this; }
+  UNet3dOptions& num_classes(int64_t c) { num_classes_ = c; return *this; }
+  UNet3dOptions& channels(std::vector<int64_t> c) { channels_ = std::move(c); return *this; }
+  UNet3dOptions& bottleneck(int64_t c) { bottleneck_ = c; return *this; }
+  UNet3dOptions& norm(NormKind n) { norm_ = n; return *this; }
+  int64_t in_channels() const { return in_channels_; }
+  int64_t num_classes() const { return num_classes_; }
+  const std::vector<int64_t>& channels() const { return channels_; }
+  int64_t bottleneck() const { return bottleneck_; }
+  NormKind norm() const { return norm_; }
+
+  /// Half the reference's widths, for training on a CPU: channels {8, 16, 32, 64}, bottleneck 128,
+  /// 1,412,523 parameters (about 4x fewer than the default, and about 4x fewer conv FLOPs per voxel).
+  static UNet3dOptions cpu() { return UNet3dOptions().channels({8, 16, 32, 64}).bottleneck(128); }
+
+  /// {"in_channels": 1, "num_classes": 3, "channels": [16, 32, 64, 128], "bottleneck": 256,
+  ///  "norm": "batch"}: what a checkpoint's metadata records to rebuild the model.
+  nlohmann::json to_json() const;
+  /// The inverse of to_json; throws halfgrad::Error naming the key that is missing or of the wrong
+  /// type, or an unknown norm name.
+  static UNet3dOptions from_json(const nlohmann::json& j);
+  /// "channels {16, 32, 64, 128}, bottleneck 256, norm batch, in 1, classes 3", for logs.
+  std::string describe() const;
+
+  int64_t in_channels_ = 1;
+  int64_t num_classes_ = 3;
+  std::vector<int64_t> channels_ = {16, 32, 64, 128};
+  int64_t bottleneck_ = 256;
+  NormKind norm_ = NormKind::Batch;
+};
+
+/// Throws halfgrad::Error from the constructor for an empty `channels` list or any width < 1.
+class UNet3d : public Module {
+ public:
+  explicit UNet3d(const UNet3dOptions& options = UNet3dOptions(), Generator& gen = default_generator());
+  /// x (N, in_channels, D, H, W), floating -> logits (N, num_classes, D, H, W), in the dtype the last
+  /// conv runs in (FP16 under autocast). Throws halfgrad::Error naming the shape when x is not 5-D,
+  /// has the wrong channel count, or D, H or W is not divisible by size_divisor().
+  Tensor forward(const Tensor& x) override;
+  /// Number of pooling levels (channels.size()).
+  int64_t levels() const { return static_cast<int64_t>(options.channels_.size()); }
+  /// 2^levels: what every spatial extent of the input must be a multiple of.
+  int64_t size_divisor() const { return int64_t{1} << levels(); }
+  std::string extra_repr() const override;
+
+  UNet3dOptions options;
+  std::vector<std::shared_ptr<Sequential>> enc;       // registered as ModuleList "enc"
+  std::shared_ptr<Sequential> bott;
+  std::vector<std::shared_ptr<ConvTranspose3d>> up;   // deepest first; ModuleList "up"
+  std::vector<std::shared_ptr<Sequential>> dec;       // deepest first; ModuleList "dec"
+  std::shared_ptr<Conv3d> head;
+};
+
+}  // namespace halfgrad::nn

@@ -1,0 +1,198 @@
+// activation.cpp - relu, leaky_relu and cat on the CPU (math and errors in activation.h).
+//
+// relu / leaky_relu run in the input's dtype (they are on no autocast list): one vectorised loop in
+// float (Float32, Float16 via an FP32 copy, the result rounded to half once; relu is exact in half)
+// or double (Float64), parallel over elements. relu saves its output (y > 0 exactly where x > 0), as
+// PyTorch's threshold_backward does; leaky_relu saves its input.
+// cat moves bytes: the output is the outer-index-major interleave of the inputs' contiguous blocks
+// (one memcpy per (outer index, input)), parallel over those copies; its backward slices dy the same
+// way. Under autocast it promotes: every input is cast (differentiably) to the widest input dtype.
+#include "ops/activation/activation.h"
+
+#include <cstring>
+
+#include "ops/common.h"
+
+namespace halfgrad::ops {
+
+namespace {
+
+// y = f(x) elementwise in x's dtype; T is x's compute type (float for Float16, computed on an FP32
+// copy and rounded once).
+template <typename T, typename F>
+Tensor map_in_dtype(const Tensor& x, F f) {
+  Tensor cx = to_compute(x);
+  Tensor y = Tensor::empty(x.shape(), compute_dtype(x.dtype()));
+  const int64_t n = x.numel();
+  const T* px = cx.data<T>();
+  T* py = y.data<T>();
+#pragma omp parallel for simd schedule(static) if (parallel_worth(n))
+  for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
+  return from_compute(y, x.dtype());
+}
+
+// dx = f(dy, s) elementwise, where s is the saved tensor (relu: y, leaky_relu: x) and T its compute type.
+template <typename T, typename F>
+Tensor masked_grad(const Tensor& gy, const Tensor& saved, F f) {
+  Tensor cg = to_compute(gy), cs = to_compute(saved);
+  Tensor dx = Tensor::empty(saved.shape(), compute_dtype(saved.dtype()));
+  const int64_t n = saved.numel();
+  const T* pg = cg.data<T>();
+  const T* ps = cs.data<T>();
+  T* pd = dx.data<T>();
+#pragma omp parallel for simd schedule(static) if (parallel_worth(n))
+  for (int64_t i = 0; i < n; ++i) pd[i] = f(pg[i], ps[i]);
+  return from_compute(dx, saved.dtype());
+}
+
+}  // namespace
+
+Tensor relu(const Tensor& x) {
+  check_floating("relu", "input", x);
+  // `v < 0 ? 0 : v` keeps NaN (as torch.relu does); the gradient is 0 at x == 0 (as PyTorch).
+  Tensor y = dispatch_compute(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    return map_in_dtype<T>(x, [](T v) { return v < T(0) ? T(0) : v; });
+  });
+  return autograd::record("relu", y, {x}, [y = y.detach()](const Tensor& gy) -> std::vector<Tensor> {
+    return {dispatch_compute(y.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      return masked_grad<T>(gy, y, [](T g, T v) { return v > T(0) ? g : T(0); });
+    })};
+  });
+}
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  check_floating("leaky_relu", "input", x);
+  Tensor y = dispatch_compute(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T s = static_cast<T>(negative_slope);
+    // Written as two selects against 0 and one multiply-add (exact: one term is 0) because GCC
+    // vectorises that, and not `v > 0 ? v : v * s` (a conditional multiply under -ftrapping-math).
+    return map_in_dtype<T>(x, [s](T v) {
+      const T pos = v > T(0) ? v : T(0), neg = v > T(0) ? T(0) : v;
+      return pos + neg * s;
+    });
+  });
+  return autograd::record("leaky_relu", y, {x},
+                          [x = x.detach(), negative_slope](const Tensor& gy) -> std::vector<Tensor> {
+                            return {dispatch_compute(x.dtype(), [&](auto tag) {
+                              using T = decltype(tag);
+                              const T s = static_cast<T>(negative_slope);
+                              return masked_grad<T>(gy, x, [s](T g, T v) {  // dy * (x > 0 ? 1 : slope), as in the forward
+                                const T pos = v > T(0) ? g : T(0), neg = v > T(0) ? T(0) : g;
+                                return pos + neg * s;
+                              });
+                            })};
+                          });
+}
+
+namespace {
+
+// Copy blocks between a concatenated tensor and its parts: for each outer index o and part i, the
+// part's contiguous block of part_inner[i] elements sits at offset o*total_inner + part_offset[i].
+struct CatLayout {
+  int64_t outer = 1;
+  int64_t total_inner = 0;
+  std::vector<int64_t> part_inner, part_offset;  // in elements
+};
+
+CatLayout cat_layout(const std::vector<Shape>& shapes, int64_t dim) {
+  CatLayout L;
+  for (int64_t d = 0; d < dim; ++d) L.outer *= shapes[0][d];
+  for (const Shape& s : shapes) {
+    int64_t inner = 1;
+    for (size_t d = dim; d < s.size(); ++d) inner *= s[d];
+    L.part_offset.push_back(L.total_inner);
+    L.part_inner.push_back(inner);
+    L.total_inner += inner;
+  }
+  return L;
+}
+
+// to_parts = false: parts -> whole (forward); true: whole -> parts (backward), skipping null parts.
+void cat_copy(const CatLayout& L, size_t elem, char* whole, const std::vector<char*>& parts, bool to_parts) {
+  const int64_t k = static_cast<int64_t>(parts.size());
+  const int64_t jobs = L.outer * k;
+#pragma omp parallel for schedule(static) if (jobs > 1 && parallel_worth(L.outer * L.total_inner))
+  for (int64_t j = 0; j < jobs; ++j) {
+    const int64_t o = j / k, i = j % k;
+    if (parts[i] == nullptr) continue;  // a part that needs no gradient
+    char* w = whole + (o * L.total_inner + L.part_offset[i]) * elem;
+    char* p = parts[i] + o * L.part_inner[i] * elem;
+    const size_t bytes = static_cast<size_t>(L.part_inner[i]) * elem;
+    if (to_parts) std::memcpy(p, w, bytes);
+    else std::memcpy(w, p, bytes);
+  }
+}
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  HG_CHECK(!xs.empty(), "cat: expected a non-empty list of tensors");
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const std::string what = "tensor " + std::to_string(i);
+    check_input("cat", what.c_str(), xs[i]);
+  }
+  const Shape& s0 = xs[0].shape();
+  const int64_t nd = static_cast<int64_t>(s0.size());
+  HG_CHECK(nd > 0, "cat: zero-dimensional tensor (at position 0) cannot be concatenated");
+  HG_CHECK(dim >= -nd && dim < nd, "cat: dim " << dim << " out of range for tensors of shape " << shape_str(s0)
+                                               << " (expected in [" << -nd << ", " << nd - 1 << "])");
+  if (dim < 0) dim += nd;
+  Shape out_shape = s0;
+  out_shape[dim] = 0;
+  bool any_int = false;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Shape& s = xs[i].shape();
+    HG_CHECK(static_cast<int64_t>(s.size()) == nd, "cat: tensor " << i << " has shape " << shape_str(s)
+                                                                  << " but tensor 0 has shape " << shape_str(s0)
+                                                                  << "; all must have the same number of dims");
+    for (int64_t d = 0; d < nd; ++d)
+      HG_CHECK(d == dim || s[d] == s0[d], "cat: sizes of tensors must match except in dimension "
+                                              << dim << ": tensor 0 has shape " << shape_str(s0) << ", tensor " << i
+                                              << " has shape " << shape_str(s) << " (dimension " << d << ")");
+    out_shape[dim] += s[dim];
+    any_int = any_int || !is_floating(xs[i].dtype());
+  }
+  // Output dtype: the promote list (the widest floating input). Integer tensors concatenate only
+  // with integer tensors of the same dtype, untouched.
+  Dtype dt = xs[0].dtype();
+  if (any_int) {
+    for (size_t i = 0; i < xs.size(); ++i)
+      HG_CHECK(xs[i].dtype() == dt, "cat: tensor " << i << " is " << dtype_name(xs[i].dtype()) << " but tensor 0 is "
+                                                   << dtype_name(dt) << "; integer tensors concatenate only with "
+                                                                        "tensors of the same dtype");
+  } else {
+    for (const Tensor& x : xs) dt = amp::autocast_dtype(amp::OpKind::Cat, {dt, x.dtype()});
+  }
+  std::vector<Tensor> parts;
+  std::vector<Shape> shapes;
+  for (const Tensor& x : xs) {
+    parts.push_back(x.to(dt));
+    shapes.push_back(x.shape());
+  }
+  const CatLayout L = cat_layout(shapes, dim);
+  const size_t elem = dtype_size(dt);
+  Tensor y = Tensor::empty(out_shape, dt);
+  std::vector<char*> ptrs;
+  for (const Tensor& p : parts) ptrs.push_back(static_cast<char*>(p.raw_data()));
+  cat_copy(L, elem, static_cast<char*>(y.raw_data()), ptrs, /*to_parts=*/false);
+
+  std::vector<bool> need;
+  for (const Tensor& p : parts) need.push_back(p.requires_grad());
+  return autograd::record("cat", y, parts, [L, shapes, need, dt](const Tensor& gy) -> std::vector<Tensor> {
+    std::vector<Tensor> grads(shapes.size());
+    std::vector<char*> ptrs(shapes.size(), nullptr);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (!need[i]) continue;
+      grads[i] = Tensor::empty(shapes[i], dt);
+      ptrs[i] = static_cast<char*>(grads[i].raw_data());
+    }
+    Tensor g = gy.dtype() == dt ? gy : gy.cast_copy(dt);
+    cat_copy(L, dtype_size(dt), static_cast<char*>(g.raw_data()), ptrs, /*to_parts=*/true);
+    return grads;
+  });
+}
+
+}  // namespace halfgrad::ops

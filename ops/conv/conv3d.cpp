@@ -1,0 +1,168 @@
+// conv3d.cpp - conv3d and conv_transpose3d: argument checks, autocast, and forward with its backward
+// right under it. The arithmetic is in conv_gemm.cpp (GEMMs over column tiles) and vol2col.cpp.
+//
+// conv_transpose3d is the adjoint of a convolution, so it reuses the same three kernels with their
+// roles swapped. For x (N, Cin_t, D, H, W), w (Cin_t, Cout_t, k, k, k), let G be the convolution from
+// (N, Cout_t, Do, Ho, Wo) to (N, Cin_t, D, H, W) with weight w (w's layout is G's (Cout, Cin, k, k, k)):
+//   y  = dgrad_G(x, w) + b        dx = fprop_G(dy, w)        dw = wgrad_G(dy, x)        db = sums of dy
+#include "ops/conv/conv3d.h"
+
+#include "ops/common.h"
+#include "ops/conv/conv_gemm.h"
+
+namespace halfgrad::ops {
+
+namespace {
+
+using conv::ConvGeometry;
+
+// Checks shared by both ops; `transposed` picks the weight layout and the output-extent formula.
+// Returns the geometry of the convolution that computes the op's forward (conv3d) or its adjoint
+// (conv_transpose3d).
+ConvGeometry check_and_plan(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dParams& p,
+                            bool transposed) {
+  check_floating(op, "input", x);
+  check_floating(op, "weight", w);
+  if (b.defined()) check_floating(op, "bias", b);
+  check_dim(op, "input", x, 5, "(N, C, D, H, W)");
+  check_dim(op, "weight", w, 5, transposed ? "(Cin, Cout, k, k, k)" : "(Cout, Cin, k, k, k)");
+  const Shape& xs = x.shape();
+  const Shape& ws = w.shape();
+  HG_CHECK(p.stride_ >= 1, op << ": stride must be >= 1, got " << p.stride_ << " (input " << shape_str(xs)
+                              << ", weight " << shape_str(ws) << ")");
+  HG_CHECK(p.padding_ >= 0, op << ": padding must be >= 0, got " << p.padding_ << " (input " << shape_str(xs)
+                               << ", weight " << shape_str(ws) << ")");
+  const int64_t k = ws[2];
+  HG_CHECK(k >= 1 && ws[3] == k && ws[4] == k && ws[0] >= 1 && ws[1] >= 1,
+           op << ": weight " << shape_str(ws) << " must be a non-empty cubic kernel (k, k, k) with k >= 1");
+  const int64_t cin = transposed ? ws[0] : ws[1];
+  const int64_t cout = transposed ? ws[1] : ws[0];
+  HG_CHECK(xs[1] == cin, op << ": input " << shape_str(xs) << " has " << xs[1] << " channels but weight "
+                            << shape_str(ws) << " expects " << cin << " (weight dim " << (transposed ? 0 : 1) << ")");
+  if (b.defined())
+    HG_CHECK(b.dim() == 1 && b.size(0) == cout, op << ": bias " << shape_str(b.shape()) << " must be 1-D with "
+                                                   << cout << " elements (the output channels of weight "
+                                                   << shape_str(ws) << ")");
+  const int64_t s = p.stride_, pad = p.padding_;
+  Shape out(5);
+  out[0] = xs[0];
+  out[1] = cout;
+  for (int d = 2; d < 5; ++d)
+    out[d] = transposed ? (xs[d] - 1) * s - 2 * pad + k : (xs[d] + 2 * pad - k >= 0 ? (xs[d] + 2 * pad - k) / s + 1 : 0);
+  HG_CHECK(out[2] >= 1 && out[3] >= 1 && out[4] >= 1,
+           op << ": output extents " << shape_str(out) << " are < 1 for input " << shape_str(xs) << ", weight "
+              << shape_str(ws) << ", stride " << s << ", padding " << pad);
+  if (!transposed) return conv::make_geometry(xs[0], cin, cout, xs[2], xs[3], xs[4], k, s, pad);
+  return conv::make_geometry(xs[0], cout, cin, out[2], out[3], out[4], k, s, pad);
+}
+
+Dtype conv_dtype(amp::OpKind kind, const Tensor& x, const Tensor& w, const Tensor& b) {
+  return b.defined() ? amp::autocast_dtype(kind, {x.dtype(), w.dtype(), b.dtype()})
+                     : amp::autocast_dtype(kind, {x.dtype(), w.dtype()});
+}
+
+Shape conv_input_shape(const ConvGeometry& g) { return {g.n, g.cin, g.d, g.h, g.w}; }
+Shape conv_output_shape(const ConvGeometry& g) { return {g.n, g.cout, g.od, g.oh, g.ow}; }
+
+// The three kernels on tensors: compute-precision copies in, a compute-precision tensor out.
+Tensor fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const Tensor cx = to_compute(x), cw = to_compute(w), cb = b.defined() ? to_compute(b) : Tensor();
+  Tensor y = Tensor::empty(conv_output_shape(g), cx.dtype());
+  dispatch_compute(cx.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    conv::conv3d_fprop<T>(g, cx.data<T>(), cw.data<T>(), cb.defined() ? cb.data<T>() : nullptr, y.data<T>());
+  });
+  return y;
+}
+
+Tensor dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w) {
+  const Tensor cdy = to_compute(dy), cw = to_compute(w);
+  Tensor dx = Tensor::empty(conv_input_shape(g), cdy.dtype());
+  dispatch_compute(cdy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    conv::conv3d_dgrad<T>(g, cdy.data<T>(), cw.data<T>(), dx.data<T>());
+  });
+  return dx;
+}
+
+Tensor wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, const Shape& w_shape) {
+  const Tensor cx = to_compute(x), cdy = to_compute(dy);
+  Tensor dw = Tensor::empty(w_shape, cx.dtype());
+  dispatch_compute(cx.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    conv::conv3d_wgrad<T>(g, cx.data<T>(), cdy.data<T>(), dw.data<T>());
+  });
+  return dw;
+}
+
+// Sum of t (N, C, spatial...) over everything but the channel dim.
+Tensor bias_grad(const Tensor& t) {
+  const Tensor ct = to_compute(t);
+  Tensor db = Tensor::empty({t.size(1)}, ct.dtype());
+  dispatch_compute(ct.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    conv::channel_sums<T>(ct.data<T>(), t.size(0), t.size(1), t.numel() / (t.size(0) * t.size(1)), db.data<T>());
+  });
+  return db;
+}
+
+// y[n, c, ...] += b[c] for y (N, C, vol) in compute precision.
+void add_channel_bias(Tensor& y, const Tensor& b) {
+  const Tensor cb = to_compute(b);
+  const int64_t n = y.size(0), c = y.size(1), vol = y.numel() / (n * c);
+  dispatch_compute(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* py = y.data<T>();
+    const T* pb = cb.data<T>();
+#pragma omp parallel for schedule(static) if (parallel_worth(y.numel()))
+    for (int64_t plane = 0; plane < n * c; ++plane) {
+      T* row = py + plane * vol;
+      const T v = pb[plane % c];
+      for (int64_t i = 0; i < vol; ++i) row[i] += v;
+    }
+  });
+}
+
+Tensor out_dtype(const Tensor& t, Dtype dt) { return t.defined() ? from_compute(t, dt) : t; }
+
+}  // namespace
+
+Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dParams& p) {
+  const ConvGeometry g = check_and_plan("conv3d", x, w, b, p, /*transposed=*/false);
+  const Dtype dt = conv_dtype(amp::OpKind::Conv3d, x, w, b);
+  // Differentiable casts: under autocast an FP32 weight's gradient comes back through its FP16 copy.
+  const Tensor xc = x.to(dt), wc = w.to(dt), bc = b.defined() ? b.to(dt) : Tensor();
+  Tensor y = from_compute(fprop(g, xc, wc, bc), dt);
+  const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.requires_grad();
+  // Save x only if dw is needed and w only if dx is needed (the input, not a copy: FP16 stays FP16).
+  return autograd::record("conv3d", y, {xc, wc, bc},
+                          [g, gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor(),
+                           w_shape = w.shape()](const Tensor& gy) -> std::vector<Tensor> {
+                            Tensor dx, dw, db;
+                            if (gx) dx = dgrad(g, gy, ws);
+                            if (gw) dw = wgrad(g, xs, gy, w_shape);
+                            if (gb) db = bias_grad(gy);
+                            return {out_dtype(dx, dt), out_dtype(dw, dt), out_dtype(db, dt)};
+                          });
+}
+
+Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dParams& p) {
+  const ConvGeometry g = check_and_plan("conv_transpose3d", x, w, b, p, /*transposed=*/true);
+  const Dtype dt = conv_dtype(amp::OpKind::ConvTranspose3d, x, w, b);
+  const Tensor xc = x.to(dt), wc = w.to(dt), bc = b.defined() ? b.to(dt) : Tensor();
+  Tensor yc = dgrad(g, xc, wc);
+  if (bc.defined()) add_channel_bias(yc, bc);
+  Tensor y = from_compute(yc, dt);
+  const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.requires_grad();
+  return autograd::record("conv_transpose3d", y, {xc, wc, bc},
+                          [g, gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor(),
+                           w_shape = w.shape()](const Tensor& gy) -> std::vector<Tensor> {
+                            Tensor dx, dw, db;
+                            if (gx) dx = fprop(g, gy, ws, Tensor());
+                            if (gw) dw = wgrad(g, gy, xs, w_shape);
+                            if (gb) db = bias_grad(gy);
+                            return {out_dtype(dx, dt), out_dtype(dw, dt), out_dtype(db, dt)};
+                          });
+}
+
+}  // namespace halfgrad::ops

@@ -1,0 +1,228 @@
+// conv_gemm.cpp - fprop, dgrad and wgrad of a 3-D convolution as Eigen GEMMs over column tiles
+// (math, layouts and the parallel mapping in conv_gemm.h).
+#include "ops/conv/conv_gemm.h"
+
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <type_traits>
+#include <vector>
+
+#include "ops/common.h"
+#include "ops/conv/conv_direct.h"
+
+namespace halfgrad::ops::conv {
+
+namespace {
+
+template <typename T>
+using MatR = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using MapR = Eigen::Map<MatR<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <typename T>
+using ConstMapR = Eigen::Map<const MatR<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <typename T>
+using ConstVecMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>;
+
+// A column block (K x tile) of 256 KiB leaves room in a 1 MiB L2 for Eigen's packed copy of it and
+// for the output block, so the GEMM reads its operands from L2, not from memory.
+constexpr int64_t kColTileBytes = 256 << 10;
+// Below 64 columns the GEMM's fixed costs (packing W, the micro-kernel's edges) outweigh cache reuse.
+constexpr int64_t kMinTileCols = 64;
+
+struct Tiling {
+  int64_t cols;   // Q
+  int64_t width;  // columns per tile (the last tile may be narrower)
+  int64_t count;  // number of tiles
+  int64_t begin(int64_t t) const { return t * width; }
+  int64_t end(int64_t t) const { return std::min(cols, (t + 1) * width); }
+};
+
+// Tiles of at most kColTileBytes (but at least kMinTileCols wide), their number a multiple of the
+// thread count so that a static schedule gives every thread the same work.
+Tiling plan_tiles(int64_t cols, int64_t rows, int64_t elem_bytes) {
+  const int64_t threads = num_threads();
+  int64_t width = std::max(kMinTileCols, kColTileBytes / std::max<int64_t>(1, rows * elem_bytes));
+  int64_t count = (cols + width - 1) / width;
+  if (count < threads && cols >= threads * kMinTileCols) count = threads;
+  if (count > 1) count = (count + threads - 1) / threads * threads;
+  count = std::max<int64_t>(1, std::min(count, cols));
+  width = std::max<int64_t>(1, (cols + count - 1) / count);
+  count = std::max<int64_t>(1, (cols + width - 1) / width);
+  return {cols, width, count};
+}
+
+// Per-thread scratch buffers, grown on demand and kept across calls (the OpenMP pool's threads live
+// as long as the process), so training steps do not re-allocate megabytes of column tiles.
+enum Slot { kColSlot, kRowsSlot, kAccSlot, kSlotCount };
+template <typename T>
+T* scratch(Slot slot, int64_t n) {
+  thread_local std::vector<T> bufs[kSlotCount];
+  std::vector<T>& b = bufs[slot];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(n);
+  return b.data();
+}
+
+// Columns [q0, q1) of t (N, C, vol) as a (C, q1 - q0) matrix: a view into t when the tile lies in one
+// sample, else a copy gathered into buf.
+template <typename T>
+ConstMapR<T> gather_cols(const T* t, int64_t c, int64_t vol, int64_t q0, int64_t q1, T* buf) {
+  const int64_t width = q1 - q0;
+  if (q0 / vol == (q1 - 1) / vol)
+    return ConstMapR<T>(t + (q0 / vol) * c * vol + q0 % vol, c, width, Eigen::OuterStride<>(vol));
+  for (int64_t q = q0; q < q1;) {
+    const int64_t n = q / vol, v = q % vol, run = std::min(vol - v, q1 - q);
+    for (int64_t ch = 0; ch < c; ++ch) std::copy_n(t + (n * c + ch) * vol + v, run, buf + ch * width + (q - q0));
+    q += run;
+  }
+  return ConstMapR<T>(buf, c, width, Eigen::OuterStride<>(width));
+}
+
+// The adjoint of gather_cols for a copied block: t's columns [q0, q1) = buf.
+template <typename T>
+void scatter_cols(const T* buf, int64_t c, int64_t vol, int64_t q0, int64_t q1, T* t) {
+  const int64_t width = q1 - q0;
+  for (int64_t q = q0; q < q1;) {
+    const int64_t n = q / vol, v = q % vol, run = std::min(vol - v, q1 - q);
+    for (int64_t ch = 0; ch < c; ++ch) std::copy_n(buf + ch * width + (q - q0), run, t + (n * c + ch) * vol + v);
+    q += run;
+  }
+}
+
+// The column block of x for tile [q0, q1): x itself for a pointwise conv within one sample, else vol2col.
+template <typename T>
+ConstMapR<T> col_block(const ConvGeometry& g, const T* x, int64_t q0, int64_t q1) {
+  const int64_t vol = g.out_vol(), rows = g.col_rows();
+  if (g.is_pointwise()) return gather_cols(x, g.cin, vol, q0, q1, scratch<T>(kColSlot, rows * (q1 - q0)));
+  T* col = scratch<T>(kColSlot, rows * (q1 - q0));
+  vol2col(g, x, q0, q1, col, q1 - q0);
+  return ConstMapR<T>(col, rows, q1 - q0, Eigen::OuterStride<>(q1 - q0));
+}
+
+}  // namespace
+
+template <typename T>
+void conv3d_fprop(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
+  if (g.cols() == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (direct_applies(g)) return conv3d_fprop_direct(g, x, w, b, y);
+  }
+  const int64_t rows = g.col_rows(), vol = g.out_vol();
+  const ConstMapR<T> W(w, g.cout, rows, Eigen::OuterStride<>(rows));
+  const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T));
+#pragma omp parallel for schedule(static) if (tiles.count > 1)
+  for (int64_t t = 0; t < tiles.count; ++t) {
+    const int64_t q0 = tiles.begin(t), q1 = tiles.end(t), width = q1 - q0;
+    const ConstMapR<T> C = col_block(g, x, q0, q1);
+    const bool one_sample = q0 / vol == (q1 - 1) / vol;
+    T* out = one_sample ? y + (q0 / vol) * g.cout * vol + q0 % vol : scratch<T>(kRowsSlot, g.cout * width);
+    MapR<T> Y(out, g.cout, width, Eigen::OuterStride<>(one_sample ? vol : width));
+    Y.noalias() = W * C;
+    if (b) Y.colwise() += ConstVecMap<T>(b, g.cout);
+    if (!one_sample) scatter_cols(out, g.cout, vol, q0, q1, y);
+  }
+}
+
+template <typename T>
+void conv3d_dgrad(const ConvGeometry& g, const T* dy, const T* w, T* dx) {
+  const int64_t kv = g.kvol();
+  if (g.s == 1 && g.p <= g.k - 1) {
+    // Stride 1: dx is the convolution of dy with the flipped, transposed kernel and padding k-1-p,
+    //   dx[n,c,z,y,x] = sum_{o,i,j,l} w[o,c,k-1-i,k-1-j,k-1-l] * dy[n,o, z+i-(k-1-p), ...]
+    // so it runs as an fprop (a GEMM with inner extent Cout k^3, tiles in parallel, no scatter-add).
+    const ConvGeometry f = make_geometry(g.n, g.cout, g.cin, g.od, g.oh, g.ow, g.k, 1, g.k - 1 - g.p);
+    std::vector<T> wf(static_cast<size_t>(g.cin * g.cout * kv));  // (Cin, Cout, k, k, k), flipped
+    for (int64_t o = 0; o < g.cout; ++o)
+      for (int64_t c = 0; c < g.cin; ++c)
+        for (int64_t t = 0; t < kv; ++t) wf[(c * g.cout + o) * kv + (kv - 1 - t)] = w[(o * g.cin + c) * kv + t];
+    conv3d_fprop(f, dy, wf.data(), static_cast<const T*>(nullptr), dx);
+    return;
+  }
+  const int64_t rows = g.col_rows(), vol = g.out_vol();
+  std::fill(dx, dx + g.n * g.cin * g.in_vol(), T(0));
+  if (g.cols() == 0) return;
+  const ConstMapR<T> W(w, g.cout, rows, Eigen::OuterStride<>(rows));
+  const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T));
+  if (g.windows_disjoint()) {
+    // Disjoint windows (e.g. the k2 s2 of conv_transpose3d's fprop): tiles scatter to disjoint parts of dx.
+#pragma omp parallel for schedule(static) if (tiles.count > 1)
+    for (int64_t t = 0; t < tiles.count; ++t) {
+      const int64_t q0 = tiles.begin(t), q1 = tiles.end(t), width = q1 - q0;
+      const ConstMapR<T> dY = gather_cols(dy, g.cout, vol, q0, q1, scratch<T>(kRowsSlot, g.cout * width));
+      T* col = scratch<T>(kColSlot, rows * width);
+      MapR<T>(col, rows, width, Eigen::OuterStride<>(width)).noalias() = W.transpose() * dY;
+      col2vol(g, col, width, q0, q1, int64_t{0}, g.cin, dx);
+    }
+    return;
+  }
+  // Overlapping windows with stride > 1: tiles one after another (Eigen parallelises each GEMM), and
+  // the scatter-add of a tile split over input channels, which write disjoint planes of dx.
+  for (int64_t t = 0; t < tiles.count; ++t) {
+    const int64_t q0 = tiles.begin(t), q1 = tiles.end(t), width = q1 - q0;
+    const ConstMapR<T> dY = gather_cols(dy, g.cout, vol, q0, q1, scratch<T>(kRowsSlot, g.cout * width));
+    T* col = scratch<T>(kColSlot, rows * width);
+    MapR<T>(col, rows, width, Eigen::OuterStride<>(width)).noalias() = W.transpose() * dY;
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * width))
+    for (int64_t c = 0; c < g.cin; ++c) col2vol(g, static_cast<const T*>(col), width, q0, q1, c, c + 1, dx);
+  }
+}
+
+template <typename T>
+void conv3d_wgrad(const ConvGeometry& g, const T* x, const T* dy, T* dw) {
+  const int64_t rows = g.col_rows(), vol = g.out_vol(), wsize = g.cout * rows;
+  if (g.cols() == 0) {
+    std::fill(dw, dw + wsize, T(0));
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (direct_applies(g)) return conv3d_wgrad_direct(g, x, dy, dw);
+  }
+  const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T));
+  const int team = tiles.count > 1 ? num_threads() : 1;
+  std::vector<T*> partial(team, nullptr);
+  // Each thread accumulates its tiles' dY * col^T into its own (Cout, K) buffer; the buffers are then
+  // summed in thread order, so the result does not depend on timing.
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+    T* acc = scratch<T>(kAccSlot, wsize);
+    std::fill(acc, acc + wsize, T(0));
+    partial[omp_get_thread_num()] = acc;
+    MapR<T> A(acc, g.cout, rows, Eigen::OuterStride<>(rows));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles.count; ++t) {
+      const int64_t q0 = tiles.begin(t), q1 = tiles.end(t), width = q1 - q0;
+      const ConstMapR<T> C = col_block(g, x, q0, q1);
+      const ConstMapR<T> dY = gather_cols(dy, g.cout, vol, q0, q1, scratch<T>(kRowsSlot, g.cout * width));
+      A.noalias() += dY * C.transpose();
+    }
+#pragma omp for schedule(static)
+    for (int64_t e = 0; e < wsize; ++e) {
+      T s = 0;
+      for (T* p : partial)
+        if (p) s += p[e];
+      dw[e] = s;
+    }
+  }
+}
+
+template <typename T>
+void channel_sums(const T* t, int64_t n, int64_t c, int64_t vol, T* out) {
+#pragma omp parallel for schedule(static) if (parallel_worth(n * c * vol))
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double s = 0;  // one FP32 (vectorised) sum per plane, planes added in double
+    for (int64_t i = 0; i < n; ++i) s += ConstVecMap<T>(t + (i * c + ch) * vol, vol).sum();
+    out[ch] = static_cast<T>(s);
+  }
+}
+
+template void conv3d_fprop<float>(const ConvGeometry&, const float*, const float*, const float*, float*);
+template void conv3d_fprop<double>(const ConvGeometry&, const double*, const double*, const double*, double*);
+template void conv3d_dgrad<float>(const ConvGeometry&, const float*, const float*, float*);
+template void conv3d_dgrad<double>(const ConvGeometry&, const double*, const double*, double*);
+template void conv3d_wgrad<float>(const ConvGeometry&, const float*, const float*, float*);
+template void conv3d_wgrad<double>(const ConvGeometry&, const double*, const double*, double*);
+template void channel_sums<float>(const float*, int64_t, int64_t, int64_t, float*);
+template void channel_sums<double>(const double*, int64_t, int64_t, int64_t, double*);
+
+}  // namespace halfgrad::ops::conv

@@ -1,0 +1,49 @@
+// vol2col.h - the geometry of a 3-D convolution, and the copies between a volume and its column
+// matrix (internal to ops/conv/).
+//
+// A convolution (cubic kernel k, stride s, padding p) maps x (N, Cin, D, H, W) to y (N, Cout, Do, Ho, Wo).
+// Number its output positions q = n * DoHoWo + (z * Ho + y) * Wo + x: the "columns", Q = N * DoHoWo
+// of them. The column matrix of x has one row per (c, i, j, l) in Cin x k x k x k (row r =
+// ((c * k + i) * k + j) * k + l, the order of w's trailing dims) and one column per q:
+//     col[r][q] = x[n, c, s*z + i - p, s*y + j - p, s*x + l - p]     (0 outside the volume)
+// so that y = W (Cout, Cin k^3) * col. The convolution kernels work on a range [q0, q1) of columns at a
+// time (a "column tile"), so the tile, not the whole matrix, is materialised.
+//
+// vol2col writes a tile of col; col2vol is its adjoint: it adds each element of a column tile back into
+// the input position it was read from (positions in the padding are dropped).
+#pragma once
+#include <cstdint>
+
+namespace halfgrad::ops::conv {
+
+struct ConvGeometry {
+  int64_t n = 0, cin = 0, cout = 0;  // batch, input channels, output channels
+  int64_t d = 0, h = 0, w = 0;       // input extents
+  int64_t k = 1, s = 1, p = 0;       // cubic kernel, stride, padding
+  int64_t od = 0, oh = 0, ow = 0;    // output extents: (d + 2p - k) / s + 1
+
+  int64_t in_vol() const { return d * h * w; }
+  int64_t out_vol() const { return od * oh * ow; }
+  int64_t kvol() const { return k * k * k; }
+  int64_t col_rows() const { return cin * kvol(); }  // GEMM inner extent of fprop and wgrad
+  int64_t cols() const { return n * out_vol(); }     // Q
+  /// k = 1, s = 1, p = 0: the column matrix of a sample is the sample itself.
+  bool is_pointwise() const { return k == 1 && s == 1 && p == 0; }
+  /// k <= s: no input position is read by two (output position, kernel offset) pairs, so col2vol of
+  /// disjoint column tiles writes disjoint input positions.
+  bool windows_disjoint() const { return k <= s; }
+};
+
+/// The output extents from the input extents (floor division; may be < 1: callers check).
+ConvGeometry make_geometry(int64_t n, int64_t cin, int64_t cout, int64_t d, int64_t h, int64_t w, int64_t k,
+                           int64_t s, int64_t p);
+
+/// col (col_rows, q1 - q0), row-major with leading dimension ld >= q1 - q0, from x (N, Cin, D, H, W).
+template <typename T>
+void vol2col(const ConvGeometry& g, const T* x, int64_t q0, int64_t q1, T* col, int64_t ld);
+
+/// x[...] += col[r][q] for the rows r of channels [c0, c1) of a column tile [q0, q1).
+template <typename T>
+void col2vol(const ConvGeometry& g, const T* col, int64_t ld, int64_t q0, int64_t q1, int64_t c0, int64_t c1, T* x);
+
+}  // namespace halfgrad::ops::conv

@@ -1,0 +1,121 @@
+// matmul.cpp - matmul and linear on the CPU with Eigen's GEMM (math and shapes in matmul.h).
+// FP16 operands are widened to FP32, multiplied with FP32 accumulation, and the product is rounded to
+// FP16 once; Float64 multiplies in double. Eigen parallelises each GEMM over the OpenMP threads.
+#include "ops/matmul/matmul.h"
+
+#include <Eigen/Core>
+#include <vector>
+
+#include "ops/common.h"
+
+namespace halfgrad::ops {
+
+namespace {
+
+template <typename T>
+using MatR = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using MapR = Eigen::Map<MatR<T>>;
+template <typename T>
+using ConstMapR = Eigen::Map<const MatR<T>>;
+
+enum class Trans { N, T };
+
+// C (m, n) = op(A) * op(B) in compute precision, op = identity or transpose; A and B are 2-D of one dtype.
+Tensor gemm(const Tensor& a, Trans ta, const Tensor& b, Trans tb) {
+  const Tensor ca = to_compute(a), cb = to_compute(b);
+  const int64_t m = ta == Trans::N ? a.size(0) : a.size(1);
+  const int64_t n = tb == Trans::N ? b.size(1) : b.size(0);
+  Tensor c = Tensor::empty({m, n}, ca.dtype());
+  dispatch_compute(ca.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const ConstMapR<T> A(ca.data<T>(), a.size(0), a.size(1));
+    const ConstMapR<T> B(cb.data<T>(), b.size(0), b.size(1));
+    MapR<T> C(c.data<T>(), m, n);
+    if (ta == Trans::N && tb == Trans::N) C.noalias() = A * B;
+    else if (ta == Trans::N) C.noalias() = A * B.transpose();
+    else if (tb == Trans::N) C.noalias() = A.transpose() * B;
+    else C.noalias() = A.transpose() * B.transpose();
+  });
+  return c;
+}
+
+// Column sums of g (rows, cols) -> (cols), accumulated in double.
+Tensor column_sums(const Tensor& g) {
+  const Tensor cg = to_compute(g);
+  const int64_t rows = g.size(0), cols = g.size(1);
+  std::vector<double> acc(cols, 0.0);
+  dispatch_compute(cg.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = cg.data<T>();
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) acc[j] += p[i * cols + j];
+  });
+  return Tensor::from_vector(acc, {cols}, cg.dtype());
+}
+
+Tensor out_dtype(const Tensor& t, Dtype dt) { return t.defined() ? from_compute(t, dt) : t; }
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_floating("matmul", "first operand", a);
+  check_floating("matmul", "second operand", b);
+  check_dim("matmul", "first operand", a, 2, "(M, K)");
+  check_dim("matmul", "second operand", b, 2, "(K, N)");
+  HG_CHECK(a.size(1) == b.size(0), "matmul: inner extents differ: " << shape_str(a.shape()) << " x "
+                                                                    << shape_str(b.shape()) << " (" << a.size(1)
+                                                                    << " vs " << b.size(0) << ")");
+  const Dtype dt = amp::autocast_dtype(amp::OpKind::Matmul, {a.dtype(), b.dtype()});
+  const Tensor ac = a.to(dt), bc = b.to(dt);
+  Tensor y = from_compute(gemm(ac, Trans::N, bc, Trans::N), dt);
+  const bool ga = ac.requires_grad(), gb = bc.requires_grad();
+  return autograd::record("matmul", y, {ac, bc},
+                          [ga, gb, dt, as = gb ? ac.detach() : Tensor(), bs = ga ? bc.detach() : Tensor()](
+                              const Tensor& gy) -> std::vector<Tensor> {
+                            Tensor da, db;
+                            if (ga) da = gemm(gy, Trans::N, bs, Trans::T);  // dy b^T
+                            if (gb) db = gemm(as, Trans::T, gy, Trans::N);  // a^T dy
+                            return {out_dtype(da, dt), out_dtype(db, dt)};
+                          });
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_floating("linear", "input", x);
+  check_floating("linear", "weight", w);
+  if (b.defined()) check_floating("linear", "bias", b);
+  check_dim("linear", "input", x, 2, "(B, in)");
+  check_dim("linear", "weight", w, 2, "(out, in)");
+  HG_CHECK(x.size(1) == w.size(1), "linear: input " << shape_str(x.shape()) << " has " << x.size(1)
+                                                    << " features but weight " << shape_str(w.shape()) << " expects "
+                                                    << w.size(1));
+  if (b.defined())
+    HG_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias " << shape_str(b.shape()) << " must be 1-D with "
+                                                                     << w.size(0) << " elements (the rows of weight "
+                                                                     << shape_str(w.shape()) << ")");
+  const Dtype dt = b.defined() ? amp::autocast_dtype(amp::OpKind::Linear, {x.dtype(), w.dtype(), b.dtype()})
+                               : amp::autocast_dtype(amp::OpKind::Linear, {x.dtype(), w.dtype()});
+  const Tensor xc = x.to(dt), wc = w.to(dt), bc = b.defined() ? b.to(dt) : Tensor();
+  Tensor yc = gemm(xc, Trans::N, wc, Trans::T);  // x w^T
+  if (bc.defined()) {
+    const Tensor cb = to_compute(bc);
+    dispatch_compute(yc.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      MapR<T>(yc.data<T>(), yc.size(0), yc.size(1)).rowwise() +=
+          Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(cb.data<T>(), cb.numel());
+    });
+  }
+  Tensor y = from_compute(yc, dt);
+  const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.requires_grad();
+  return autograd::record("linear", y, {xc, wc, bc},
+                          [gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor()](
+                              const Tensor& gy) -> std::vector<Tensor> {
+                            Tensor dx, dw, db;
+                            if (gx) dx = gemm(gy, Trans::N, ws, Trans::N);  // dy w
+                            if (gw) dw = gemm(gy, Trans::T, xs, Trans::N);  // dy^T x
+                            if (gb) db = column_sums(gy);
+                            return {out_dtype(dx, dt), out_dtype(dw, dt), out_dtype(db, dt)};
+                          });
+}
+
+}  // namespace halfgrad::ops

@@ -1,0 +1,315 @@
+// norm.cpp - batch_norm and instance_norm on the CPU (math and errors in norm.h).
+//
+// Geometry: x (N, C, *spatial) is viewed as (N, C, S), S = prod(spatial); the (n, c) "chunk" is the
+// contiguous run of S values at (n*C + c)*S. A "group" shares one mean and variance:
+//   batch_norm     group = channel c, its N chunks, M = N*S values
+//   instance_norm  group = chunk (n, c),           M = S values
+// Both are the same three passes, which differ only in how chunks map to groups:
+//   forward   1. per piece: sum (x - K) and sum (x - K)^2 in FP64, K = the group's first value (a
+//                shift that keeps the one-pass variance free of cancellation when |mean| >> std)
+//             2. per group: mean, var, invstd = 1/sqrt(var + eps)       (a few hundred numbers)
+//             3. per piece: y = (x - mean) * (w*invstd) + b
+//   backward  1. per piece: sum dy and sum dy*(x - mean) in FP64
+//             2. per group: dbias_c += sum dy, dweight_c += invstd * sum dy*(x - mean)
+//             3. per piece: dx = A*dy + B*(x - mean) + C0 with, per group,
+//                A = w*invstd, B = -A*invstd*mean(dy*xhat), C0 = -A*mean(dy)   (training)
+//                A = w*invstd, B = C0 = 0                                      (evaluation)
+// Parallel mapping: every pass runs over "pieces" (at most kPiece values of one chunk), split among
+// the OpenMP threads; the per-piece FP64 partial sums are combined serially in piece order, so the
+// result does not depend on the thread count. Saved for backward: x itself and mean/invstd per group
+// (no xhat copy). Precision: FP64 accumulation always; the elementwise passes run in float for
+// Float32/Float16 (a Float16 output is rounded once) and in double for Float64.
+#include "ops/norm/norm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/common.h"
+
+namespace halfgrad::ops {
+
+namespace {
+
+// A piece is at most 16384 values (64 KiB of float, within L2): small enough that N*C pieces of a
+// small volume still give every thread work, large enough to hide the per-piece bookkeeping.
+constexpr int64_t kPiece = 16384;
+
+struct NormGeometry {
+  int64_t N = 0, C = 0, S = 0;
+  bool per_sample = false;  // instance_norm: one group per (n, c)
+
+  int64_t groups() const { return per_sample ? N * C : C; }
+  int64_t group_of_chunk(int64_t k) const { return per_sample ? k : k % C; }
+  int64_t group_size() const { return per_sample ? S : N * S; }
+  int64_t pieces_per_chunk() const { return (S + kPiece - 1) / kPiece; }
+  int64_t num_pieces() const { return N * C * pieces_per_chunk(); }
+  // Piece j -> chunk, and the [begin, end) flat range it covers.
+  int64_t chunk_of(int64_t j) const { return j / pieces_per_chunk(); }
+  int64_t begin_of(int64_t j) const { return chunk_of(j) * S + (j % pieces_per_chunk()) * kPiece; }
+  int64_t len_of(int64_t j) const { return std::min(kPiece, S - (j % pieces_per_chunk()) * kPiece); }
+  // Flat index of the first value of group g (the shift K): chunk g for instance_norm, chunk (0, c=g)
+  // for batch_norm, so g*S either way.
+  int64_t first_of_group(int64_t g) const { return g * S; }
+};
+
+NormGeometry geometry_of(const Tensor& x, bool per_sample) {
+  NormGeometry g;
+  g.N = x.shape()[0];
+  g.C = x.shape()[1];
+  g.S = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) g.S *= x.shape()[d];
+  g.per_sample = per_sample;
+  return g;
+}
+
+// Per-channel parameter (weight, bias, running stat) as doubles; `fill` when undefined.
+std::vector<double> channel_values(const Tensor& t, int64_t C, double fill) {
+  if (!t.defined()) return std::vector<double>(C, fill);
+  return t.to_double_vector();
+}
+
+void check_channel_param(const char* op, const char* what, const Tensor& t, const Tensor& x) {
+  if (!t.defined()) return;
+  check_floating(op, what, t);
+  HG_CHECK(t.dim() == 1 && t.shape()[0] == x.shape()[1],
+           op << ": " << what << " has shape " << shape_str(t.shape()) << " but input " << shape_str(x.shape())
+              << " has " << x.shape()[1] << " channels; expected [" << x.shape()[1] << "]");
+}
+
+// Pass 1 of the forward: per-group mean and biased variance, FP64.
+template <typename T>
+void group_moments(const T* x, const NormGeometry& geo, std::vector<double>& mean, std::vector<double>& var) {
+  const int64_t P = geo.num_pieces(), G = geo.groups();
+  std::vector<double> s1(P), s2(P);
+#pragma omp parallel for schedule(static) if (P > 1 && parallel_worth(geo.N * geo.C * geo.S))
+  for (int64_t j = 0; j < P; ++j) {
+    const double K = static_cast<double>(x[geo.first_of_group(geo.group_of_chunk(geo.chunk_of(j)))]);
+    const T* p = x + geo.begin_of(j);
+    const int64_t n = geo.len_of(j);
+    double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(p[i]) - K;
+      a += d;
+      b += d * d;
+    }
+    s1[j] = a;
+    s2[j] = b;
+  }
+  std::vector<double> t1(G, 0.0), t2(G, 0.0);
+  for (int64_t j = 0; j < P; ++j) {
+    const int64_t g = geo.group_of_chunk(geo.chunk_of(j));
+    t1[g] += s1[j];
+    t2[g] += s2[j];
+  }
+  const double M = static_cast<double>(geo.group_size());
+  mean.assign(G, 0.0);
+  var.assign(G, 0.0);
+  for (int64_t g = 0; g < G; ++g) {
+    const double K = static_cast<double>(x[geo.first_of_group(g)]);
+    const double m = t1[g] / M;  // mean of (x - K)
+    mean[g] = K + m;
+    var[g] = std::max(0.0, t2[g] / M - m * m);
+  }
+}
+
+// Pass 3 of the forward: y = (x - mean_g) * a_k + b_k per chunk k.
+template <typename T>
+void normalize_apply(const T* x, T* y, const NormGeometry& geo, const std::vector<double>& mean,
+                     const std::vector<double>& invstd, const std::vector<double>& w, const std::vector<double>& b) {
+  const int64_t P = geo.num_pieces();
+#pragma omp parallel for schedule(static) if (P > 1 && parallel_worth(geo.N * geo.C * geo.S))
+  for (int64_t j = 0; j < P; ++j) {
+    const int64_t k = geo.chunk_of(j), g = geo.group_of_chunk(k), c = k % geo.C;
+    const T m = static_cast<T>(mean[g]);
+    const T a = static_cast<T>(w[c] * invstd[g]);
+    const T bb = static_cast<T>(b[c]);
+    const int64_t off = geo.begin_of(j), n = geo.len_of(j);
+    const T* p = x + off;
+    T* q = y + off;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) q[i] = (p[i] - m) * a + bb;
+  }
+}
+
+struct NormBackward {
+  NormGeometry geo;
+  bool training = true;            // batch statistics (dx has the mean terms) or running ones
+  std::vector<double> mean, invstd;  // per group
+  bool need_x = false, need_w = false, need_b = false;
+  Dtype x_dtype = kFloat32;        // dtype of the (autocast) input, and of dy and dx
+  Dtype w_dtype = kFloat32, b_dtype = kFloat32;
+};
+
+// dx, dweight, dbias from dy (three passes, see the file comment).
+std::vector<Tensor> norm_backward(const NormBackward& nb, const Tensor& x, const Tensor& weight, const Tensor& gy) {
+  const NormGeometry& geo = nb.geo;
+  const int64_t P = geo.num_pieces(), G = geo.groups(), C = geo.C;
+  const std::vector<double> w = channel_values(weight, C, 1.0);
+  Tensor cx = to_compute(x), cg = to_compute(gy);
+  Tensor dx;
+  std::vector<double> dw(C, 0.0), db(C, 0.0);
+  dispatch_compute(nb.x_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = cx.data<T>();
+    const T* pg = cg.data<T>();
+    // 1. per-piece sums of dy and dy*(x - mean); evaluation mode needs them only for dweight/dbias
+    std::vector<double> s1(P, 0.0), s2(P, 0.0);
+    if (nb.training || nb.need_w || nb.need_b) {
+#pragma omp parallel for schedule(static) if (P > 1 && parallel_worth(geo.N * geo.C * geo.S))
+      for (int64_t j = 0; j < P; ++j) {
+        const int64_t off = geo.begin_of(j), n = geo.len_of(j);
+        const double m = nb.mean[geo.group_of_chunk(geo.chunk_of(j))];
+        const T* p = px + off;
+        const T* d = pg + off;
+        double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t i = 0; i < n; ++i) {
+          const double dyv = static_cast<double>(d[i]);
+          a += dyv;
+          b += dyv * (static_cast<double>(p[i]) - m);
+        }
+        s1[j] = a;
+        s2[j] = b;
+      }
+    }
+    // 2. per group / channel
+    std::vector<double> sdy(G, 0.0), sdyx(G, 0.0);
+    for (int64_t j = 0; j < P; ++j) {
+      const int64_t g = geo.group_of_chunk(geo.chunk_of(j));
+      sdy[g] += s1[j];
+      sdyx[g] += s2[j];
+    }
+    const double M = static_cast<double>(geo.group_size());
+    std::vector<double> A(G), B(G), C0(G);
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t c = g % C;
+      db[c] += sdy[g];
+      dw[c] += nb.invstd[g] * sdyx[g];
+      A[g] = w[c] * nb.invstd[g];
+      B[g] = nb.training ? -A[g] * nb.invstd[g] * nb.invstd[g] * sdyx[g] / M : 0.0;
+      C0[g] = nb.training ? -A[g] * sdy[g] / M : 0.0;
+    }
+    if (!nb.need_x) return;
+    // 3. dx = A*dy + B*(x - mean) + C0
+    dx = Tensor::empty(x.shape(), compute_dtype(nb.x_dtype));
+    T* pd = dx.data<T>();
+#pragma omp parallel for schedule(static) if (P > 1 && parallel_worth(geo.N * geo.C * geo.S))
+    for (int64_t j = 0; j < P; ++j) {
+      const int64_t g = geo.group_of_chunk(geo.chunk_of(j));
+      const int64_t off = geo.begin_of(j), n = geo.len_of(j);
+      const T a = static_cast<T>(A[g]), b = static_cast<T>(B[g]), c0 = static_cast<T>(C0[g]);
+      const T m = static_cast<T>(nb.mean[g]);
+      const T* p = px + off;
+      const T* d = pg + off;
+      T* q = pd + off;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) q[i] = a * d[i] + b * (p[i] - m) + c0;
+    }
+  });
+  std::vector<Tensor> grads(3);
+  if (nb.need_x) grads[0] = from_compute(dx, nb.x_dtype);
+  if (nb.need_w) grads[1] = Tensor::from_vector(dw, {C}, nb.w_dtype);
+  if (nb.need_b) grads[2] = Tensor::from_vector(db, {C}, nb.b_dtype);
+  return grads;
+}
+
+// The shared forward: normalise with batch statistics (computing mean/var) or the given ones, record
+// the backward. `stats_out` receives the batch mean and biased variance when computed.
+Tensor norm_forward(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, const NormGeometry& geo,
+                    bool use_batch_stats, std::vector<double> mean, std::vector<double> var, double eps,
+                    std::vector<double>* batch_mean, std::vector<double>* batch_var) {
+  const int64_t G = geo.groups(), C = geo.C;
+  const std::vector<double> w = channel_values(weight, C, 1.0), b = channel_values(bias, C, 0.0);
+  Tensor cx = to_compute(x);
+  Tensor y = Tensor::empty(x.shape(), compute_dtype(x.dtype()));
+  std::vector<double> invstd(G);
+  dispatch_compute(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = cx.data<T>();
+    if (use_batch_stats) group_moments(px, geo, mean, var);
+    for (int64_t g = 0; g < G; ++g) invstd[g] = 1.0 / std::sqrt(var[g] + eps);
+    normalize_apply(px, y.data<T>(), geo, mean, invstd, w, b);
+  });
+  if (batch_mean) *batch_mean = mean;
+  if (batch_var) *batch_var = var;
+  NormBackward nb;
+  nb.geo = geo;
+  nb.training = use_batch_stats;
+  nb.mean = std::move(mean);
+  nb.invstd = std::move(invstd);
+  nb.need_x = x.requires_grad();
+  nb.need_w = weight.defined() && weight.requires_grad();
+  nb.need_b = bias.defined() && bias.requires_grad();
+  nb.x_dtype = x.dtype();
+  if (weight.defined()) nb.w_dtype = weight.dtype();
+  if (bias.defined()) nb.b_dtype = bias.dtype();
+  Tensor out = from_compute(y, x.dtype());
+  return autograd::record(op, out, {x, weight, bias},
+                          [nb = std::move(nb), x = x.detach(), w = weight.defined() ? weight.detach() : Tensor()](
+                              const Tensor& gy) -> std::vector<Tensor> { return norm_backward(nb, x, w, gy); });
+}
+
+void check_norm_input(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_floating(op, "input", x);
+  HG_CHECK(x.dim() >= 2, op << ": input must be (N, C, *spatial) with at least 2 dims, got shape "
+                            << shape_str(x.shape()));
+  check_channel_param(op, "weight", weight, x);
+  check_channel_param(op, "bias", bias, x);
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, const BatchNormParams& p) {
+  check_norm_input("batch_norm", x, weight, bias);
+  check_channel_param("batch_norm", "running_mean", running_mean, x);
+  check_channel_param("batch_norm", "running_var", running_var, x);
+  const NormGeometry geo = geometry_of(x, /*per_sample=*/false);
+  const int64_t C = geo.C;
+  if (p.training_) {
+    HG_CHECK(geo.group_size() > 1, "batch_norm: expected more than 1 value per channel when training, got input "
+                                       "of shape " << shape_str(x.shape()));
+  } else {
+    HG_CHECK(running_mean.defined() && running_var.defined(),
+             "batch_norm: evaluation mode needs running_mean and running_var, got "
+                 << (running_mean.defined() ? "" : "an undefined running_mean ")
+                 << (running_var.defined() ? "" : "an undefined running_var ") << "for input "
+                 << shape_str(x.shape()));
+  }
+  const Dtype dt = amp::autocast_dtype(amp::OpKind::BatchNorm, {x.dtype()});
+  const Tensor xx = x.to(dt);
+  if (!p.training_) {
+    return norm_forward("batch_norm", xx, weight, bias, geo, false, running_mean.to_double_vector(),
+                        running_var.to_double_vector(), p.eps_, nullptr, nullptr);
+  }
+  std::vector<double> mean, var;
+  Tensor y = norm_forward("batch_norm", xx, weight, bias, geo, true, {}, {}, p.eps_, &mean, &var);
+  // Running statistics: updated in place, off the tape (as PyTorch), with the unbiased variance.
+  if (running_mean.defined() || running_var.defined()) {
+    const double m = p.momentum_;
+    const double M = static_cast<double>(geo.group_size());
+    if (running_mean.defined()) {
+      std::vector<double> rm = running_mean.to_double_vector();
+      for (int64_t c = 0; c < C; ++c) rm[c] = (1 - m) * rm[c] + m * mean[c];
+      Tensor(running_mean).copy_from(Tensor::from_vector(rm, {C}));
+    }
+    if (running_var.defined()) {
+      std::vector<double> rv = running_var.to_double_vector();
+      for (int64_t c = 0; c < C; ++c) rv[c] = (1 - m) * rv[c] + m * var[c] * M / (M - 1);
+      Tensor(running_var).copy_from(Tensor::from_vector(rv, {C}));
+    }
+  }
+  return y;
+}
+
+Tensor instance_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_norm_input("instance_norm", x, weight, bias);
+  const NormGeometry geo = geometry_of(x, /*per_sample=*/true);
+  HG_CHECK(geo.group_size() > 1, "instance_norm: expected more than 1 spatial element per (sample, channel), got "
+                                 "input of shape " << shape_str(x.shape()));
+  const Dtype dt = amp::autocast_dtype(amp::OpKind::InstanceNorm, {x.dtype()});
+  return norm_forward("instance_norm", x.to(dt), weight, bias, geo, true, {}, {}, eps, nullptr, nullptr);
+}
+
+}  // namespace halfgrad::ops

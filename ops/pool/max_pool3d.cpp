@@ -1,0 +1,90 @@
+// max_pool3d.cpp - 3-D max pooling on the CPU (math and shapes in max_pool3d.h).
+//
+// Forward keeps, for each output, the flat index (into its (n, c) plane's D*H*W) of the window's first
+// maximum, as PyTorch's return_indices; backward adds dy at those indices. A NaN in a window wins (the
+// first one), so NaNs propagate as in PyTorch. Parallel mapping: one (n, c) plane per loop iteration, so
+// overlapping windows (stride < kernel) never make two threads write the same dx element.
+// Precision: FP16 inputs are compared in float (exact) and the maxima rounded back (also exact); the
+// backward's sums of overlapping windows are rounded to FP16 once.
+#include "ops/pool/max_pool3d.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "ops/common.h"
+
+namespace halfgrad::ops {
+
+Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride) {
+  check_floating("max_pool3d", "input", x);
+  check_dim("max_pool3d", "input", x, 5, "(N, C, D, H, W)");
+  const Shape& xs = x.shape();
+  HG_CHECK(kernel >= 1 && stride >= 1, "max_pool3d: kernel and stride must be >= 1, got kernel " << kernel
+                                           << ", stride " << stride << " for input " << shape_str(xs));
+  HG_CHECK(kernel <= xs[2] && kernel <= xs[3] && kernel <= xs[4],
+           "max_pool3d: window " << kernel << "^3 is larger than the input's spatial extents " << shape_str(xs));
+  const int64_t n = xs[0], c = xs[1], d = xs[2], h = xs[3], w = xs[4];
+  const int64_t od = (d - kernel) / stride + 1, oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
+  const int64_t in_vol = d * h * w, out_vol = od * oh * ow, planes = n * c;
+  HG_CHECK(in_vol <= std::numeric_limits<int32_t>::max(),
+           "max_pool3d: a plane of " << in_vol << " elements does not fit the 32-bit argmax indices");
+
+  const Tensor cx = to_compute(x);
+  Tensor y = Tensor::empty({n, c, od, oh, ow}, cx.dtype());
+  auto argmax = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(planes * out_vol));
+  dispatch_compute(cx.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = cx.data<T>();
+    T* py = y.data<T>();
+    int32_t* pi = argmax->data();
+#pragma omp parallel for schedule(static) if (parallel_worth(x.numel()))
+    for (int64_t plane = 0; plane < planes; ++plane) {
+      const T* xin = px + plane * in_vol;
+      T* yo = py + plane * out_vol;
+      int32_t* io = pi + plane * out_vol;
+      for (int64_t z = 0; z < od; ++z)
+        for (int64_t yy = 0; yy < oh; ++yy)
+          for (int64_t xx = 0; xx < ow; ++xx) {
+            int64_t best_i = (z * stride * h + yy * stride) * w + xx * stride;
+            T best = xin[best_i];
+            for (int64_t i = 0; i < kernel; ++i)
+              for (int64_t j = 0; j < kernel; ++j) {
+                const int64_t row = ((z * stride + i) * h + yy * stride + j) * w + xx * stride;
+                for (int64_t l = 0; l < kernel; ++l) {
+                  const T v = xin[row + l];
+                  if (v > best || (std::isnan(v) && !std::isnan(best))) {
+                    best = v;
+                    best_i = row + l;
+                  }
+                }
+              }
+            const int64_t o = (z * oh + yy) * ow + xx;
+            yo[o] = best;
+            io[o] = static_cast<int32_t>(best_i);
+          }
+    }
+  });
+  Tensor out = from_compute(y, x.dtype());
+
+  return autograd::record("max_pool3d", out, {x},
+                          [argmax, x_shape = xs, x_dtype = x.dtype(), planes, in_vol,
+                           out_vol](const Tensor& gy) -> std::vector<Tensor> {
+                            const Tensor cg = to_compute(gy);
+                            Tensor dx = Tensor::zeros(x_shape, cg.dtype());
+                            dispatch_compute(cg.dtype(), [&](auto tag) {
+                              using T = decltype(tag);
+                              const T* pg = cg.data<T>();
+                              T* pd = dx.data<T>();
+                              const int32_t* pi = argmax->data();
+#pragma omp parallel for schedule(static) if (parallel_worth(planes * out_vol))
+                              for (int64_t plane = 0; plane < planes; ++plane)
+                                for (int64_t o = 0; o < out_vol; ++o)
+                                  pd[plane * in_vol + pi[plane * out_vol + o]] += pg[plane * out_vol + o];
+                            });
+                            return {from_compute(dx, x_dtype)};
+                          });
+}
+
+}  // namespace halfgrad::ops

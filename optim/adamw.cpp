@@ -1,0 +1,133 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "autograd/node.h"
+#include "core/error.h"
+#include "optim/tensor_json.h"
+
+namespace halfgrad::optim {
+
+// ---- options and state ------------------------------------------------------------------------
+
+void AdamWOptions::validate() const {
+  const auto [beta1, beta2] = betas_;
+  HG_CHECK(lr_ >= 0.0, "AdamW: invalid learning rate: " << lr_ << "; expected >= 0");
+  HG_CHECK(eps_ >= 0.0, "AdamW: invalid epsilon value: " << eps_ << "; expected >= 0");
+  HG_CHECK(beta1 >= 0.0 && beta1 < 1.0, "AdamW: invalid beta parameter at index 0: " << beta1 << "; expected in [0, 1)");
+  HG_CHECK(beta2 >= 0.0 && beta2 < 1.0, "AdamW: invalid beta parameter at index 1: " << beta2 << "; expected in [0, 1)");
+  HG_CHECK(weight_decay_ >= 0.0, "AdamW: invalid weight_decay value: " << weight_decay_ << "; expected >= 0");
+}
+
+nlohmann::json AdamWOptions::to_json() const {
+  return {{"lr", lr_},
+          {"betas", {std::get<0>(betas_), std::get<1>(betas_)}},
+          {"eps", eps_},
+          {"weight_decay", weight_decay_},
+          {"amsgrad", false}};
+}
+
+void AdamWOptions::from_json(const nlohmann::json& j) {
+  HG_CHECK(!j.value("amsgrad", false), "AdamW::load_state_dict: amsgrad=true is not supported");
+  lr_ = j.at("lr").get<double>();
+  betas_ = {j.at("betas").at(0).get<double>(), j.at("betas").at(1).get<double>()};
+  eps_ = j.at("eps").get<double>();
+  weight_decay_ = j.at("weight_decay").get<double>();
+}
+
+nlohmann::json AdamWParamState::to_json() const {
+  nlohmann::json j = OptimizerParamState::to_json();
+  j["step"] = step;
+  j["exp_avg"] = tensor_to_json(exp_avg);
+  j["exp_avg_sq"] = tensor_to_json(exp_avg_sq);
+  return j;
+}
+
+void AdamWParamState::from_json(const nlohmann::json& j) {
+  OptimizerParamState::from_json(j);
+  step = j.at("step").get<int64_t>();
+  exp_avg = tensor_from_json(j.at("exp_avg"), "AdamW::load_state_dict: exp_avg");
+  exp_avg_sq = tensor_from_json(j.at("exp_avg_sq"), "AdamW::load_state_dict: exp_avg_sq");
+}
+
+void AdamWParamState::check_matches(const Tensor& param, const std::string& where) const {
+  OptimizerParamState::check_matches(param, where);
+  check_buffer(exp_avg, "exp_avg", param, where);
+  check_buffer(exp_avg_sq, "exp_avg_sq", param, where);
+}
+
+// ---- the update -------------------------------------------------------------------------------
+
+AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& defaults)
+    : AdamW(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(params))}, defaults) {}
+
+AdamW::AdamW(std::vector<OptimizerParamGroup> groups, const AdamWOptions& defaults)
+    : Optimizer("AdamW", std::move(groups), defaults.clone()) {}
+
+namespace {
+
+// The per-step scalars, computed in double as Python does, then rounded once to T (as PyTorch's CPU
+// kernels convert a Python-number argument to the tensor's type).
+template <typename T>
+struct AdamWScalars {
+  T decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps, neg_step_size;
+  AdamWScalars(const AdamWOptions& o, int64_t step) {
+    const auto [b1, b2] = o.betas();
+    const double t = static_cast<double>(step);
+    decay = static_cast<T>(1.0 - o.lr() * o.weight_decay());
+    beta1 = static_cast<T>(b1);
+    one_minus_beta1 = static_cast<T>(1.0 - b1);
+    beta2 = static_cast<T>(b2);
+    one_minus_beta2 = static_cast<T>(1.0 - b2);
+    bias_correction2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(b2, t)));
+    eps = static_cast<T>(o.eps());
+    neg_step_size = static_cast<T>(-(o.lr() / (1.0 - std::pow(b1, t))));
+  }
+};
+
+// p, m, v updated in place from g; n elements each.
+template <typename T>
+void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamWScalars<T>& s) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) {
+    T pi = p[i] * s.decay;                                  // param.mul_(1 - lr * weight_decay)
+    T mi = m[i] * s.beta1 + s.one_minus_beta1 * g[i];       // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    T vi = v[i] * s.beta2 + s.one_minus_beta2 * g[i] * g[i];  // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    T denom = std::sqrt(vi) / s.bias_correction2_sqrt + s.eps;  // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+    p[i] = pi + s.neg_step_size * mi / denom;                // param.addcdiv_(exp_avg, denom, value=-step_size)
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+}  // namespace
+
+void AdamW::step() {
+  NoGradGuard no_grad;
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const AdamWOptions&>(group.options());
+    for (const Tensor& param : group.params()) {
+      const Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      auto& state = state_of<AdamWParamState>(param);
+      Tensor target = update_target(param, state);  // the FP32 master for a Float16 parameter
+      const Dtype d = target.dtype();
+      if (!state.exp_avg.defined()) {
+        state.exp_avg = Tensor::zeros(param.shape(), d);
+        state.exp_avg_sq = Tensor::zeros(param.shape(), d);
+      }
+      state.step += 1;
+      const Tensor g = grad_as(grad, d);
+      if (d == kFloat64) {
+        adamw_update(target.data<double>(), g.data<double>(), state.exp_avg.data<double>(),
+                     state.exp_avg_sq.data<double>(), param.numel(), AdamWScalars<double>(options, state.step));
+      } else {
+        adamw_update(target.data<float>(), g.data<float>(), state.exp_avg.data<float>(),
+                     state.exp_avg_sq.data<float>(), param.numel(), AdamWScalars<float>(options, state.step));
+      }
+      write_back(param, state);
+    }
+  }
+}
+
+}  // namespace halfgrad::optim

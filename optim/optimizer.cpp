@@ -1,0 +1,185 @@
+#include "optim/optimizer.h"
+
+#include <unordered_set>
+
+#include "autograd/node.h"
+#include "core/error.h"
+#include "optim/tensor_json.h"
+
+namespace halfgrad::optim {
+
+// ---- state ------------------------------------------------------------------------------------
+
+nlohmann::json OptimizerParamState::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  if (master.defined()) j["master"] = tensor_to_json(master);
+  return j;
+}
+
+void OptimizerParamState::from_json(const nlohmann::json& j) {
+  master = j.contains("master") ? tensor_from_json(j.at("master"), "load_state_dict: master") : Tensor();
+}
+
+void OptimizerParamState::check_matches(const Tensor& param, const std::string& where) const {
+  HG_CHECK(master.defined() == (param.dtype() == kFloat16),
+           where << " (" << dtype_name(param.dtype()) << " " << shape_str(param.shape()) << "): "
+                 << (master.defined() ? "the saved state has a master weight but the parameter is not float16"
+                                      : "the parameter is float16 but the saved state has no master weight"));
+  check_buffer(master, "master", param, where);
+}
+
+void OptimizerParamState::check_buffer(const Tensor& buffer, const char* name, const Tensor& param,
+                                       const std::string& where) {
+  if (!buffer.defined()) return;
+  HG_CHECK(buffer.shape() == param.shape() && buffer.dtype() == update_dtype(param),
+           where << ": saved " << name << " is " << dtype_name(buffer.dtype()) << " " << shape_str(buffer.shape())
+                 << "; the parameter needs " << dtype_name(update_dtype(param)) << " " << shape_str(param.shape()));
+}
+
+// ---- param group ------------------------------------------------------------------------------
+
+OptimizerParamGroup::OptimizerParamGroup(const OptimizerParamGroup& o)
+    : initial_lr(o.initial_lr), params_(o.params_), options_(o.options_ ? o.options_->clone() : nullptr) {}
+
+OptimizerParamGroup& OptimizerParamGroup::operator=(const OptimizerParamGroup& o) {
+  if (this != &o) {
+    params_ = o.params_;
+    options_ = o.options_ ? o.options_->clone() : nullptr;
+    initial_lr = o.initial_lr;
+  }
+  return *this;
+}
+
+OptimizerOptions& OptimizerParamGroup::options() {
+  HG_CHECK(options_, "OptimizerParamGroup::options: the group has no options (add it to an optimizer first)");
+  return *options_;
+}
+const OptimizerOptions& OptimizerParamGroup::options() const {
+  HG_CHECK(options_, "OptimizerParamGroup::options: the group has no options (add it to an optimizer first)");
+  return *options_;
+}
+
+// ---- optimizer --------------------------------------------------------------------------------
+
+Optimizer::Optimizer(const char* name, std::vector<OptimizerParamGroup> groups,
+                     std::unique_ptr<OptimizerOptions> defaults)
+    : name_(name), defaults_(std::move(defaults)) {
+  defaults_->validate();
+  for (const auto& g : groups) add_param_group(g);
+  HG_CHECK(!parameters().empty(), name_ << ": optimizer got an empty parameter list");
+}
+
+void Optimizer::add_param_group(const OptimizerParamGroup& group) {
+  std::unordered_set<const TensorImpl*> seen;
+  for (const auto& g : param_groups_)
+    for (const Tensor& p : g.params()) seen.insert(p.impl());
+  for (size_t i = 0; i < group.params().size(); ++i) {
+    const Tensor& p = group.params()[i];
+    HG_CHECK(p.defined(), name_ << ": parameter " << i << " of a group is an undefined Tensor");
+    HG_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat16 || p.dtype() == kFloat64,
+             name_ << ": can only optimize floating-point tensors; parameter " << i << " is " << dtype_name(p.dtype()));
+    HG_CHECK(p.is_leaf(), name_ << ": can't optimize a non-leaf Tensor (parameter " << i << ", produced by '"
+                                << p.grad_fn()->name << "')");
+    HG_CHECK(p.device() == Device::CPU, name_ << ": parameter " << i << " is on " << device_name(p.device())
+                                              << "; the optimizers run on the CPU");
+    HG_CHECK(seen.insert(p.impl()).second, name_ << ": some parameters appear in more than one parameter group");
+  }
+  OptimizerParamGroup g = group;
+  if (!g.has_options()) g.set_options(defaults_->clone());
+  g.options().validate();
+  param_groups_.push_back(std::move(g));
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (auto& group : param_groups_)
+    for (Tensor& p : group.params()) {
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      if (set_to_none) p.set_grad(Tensor());
+      else if (g.dtype() == p.dtype()) g.zero_();
+      else p.set_grad(Tensor::zeros(p.shape(), p.dtype()));  // e.g. an FP32 grad a GradScaler left on an FP16 param
+    }
+}
+
+std::vector<Tensor> Optimizer::parameters() const {
+  std::vector<Tensor> all;
+  for (const auto& group : param_groups_) all.insert(all.end(), group.params().begin(), group.params().end());
+  return all;
+}
+
+const OptimizerParamState* Optimizer::param_state(const Tensor& param) const {
+  auto it = state_.find(param.impl());
+  return it == state_.end() ? nullptr : it->second.get();
+}
+
+nlohmann::json Optimizer::state_dict() const {
+  nlohmann::json state = nlohmann::json::object();
+  nlohmann::json groups = nlohmann::json::array();
+  int64_t index = 0;
+  for (const auto& group : param_groups_) {
+    nlohmann::json g = group.options().to_json();
+    if (group.initial_lr) g["initial_lr"] = *group.initial_lr;
+    std::vector<int64_t> ids;
+    for (const Tensor& p : group.params()) {
+      auto it = state_.find(p.impl());
+      if (it != state_.end()) state[std::to_string(index)] = it->second->to_json();
+      ids.push_back(index++);
+    }
+    g["params"] = ids;
+    groups.push_back(std::move(g));
+  }
+  return {{"state", std::move(state)}, {"param_groups", std::move(groups)}};
+}
+
+void Optimizer::load_state_dict(const nlohmann::json& sd) {
+  HG_CHECK(sd.is_object() && sd.contains("state") && sd.contains("param_groups"),
+           name_ << "::load_state_dict: expected an object with \"state\" and \"param_groups\"");
+  const auto& groups = sd.at("param_groups");
+  HG_CHECK(groups.size() == param_groups_.size(), name_ << "::load_state_dict: loaded state dict has "
+                                                          << groups.size() << " parameter groups; the optimizer has "
+                                                          << param_groups_.size());
+  // Parse everything first, so that a bad entry leaves the optimizer as it was.
+  std::vector<std::unique_ptr<OptimizerOptions>> options;
+  std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>> state;
+  int64_t index = 0;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const auto& params = param_groups_[gi].params();
+    HG_CHECK(groups[gi].at("params").size() == params.size(),
+             name_ << "::load_state_dict: loaded group " << gi << " has " << groups[gi].at("params").size()
+                   << " parameters; the optimizer's has " << params.size());
+    auto o = defaults_->clone();
+    o->from_json(groups[gi]);
+    o->validate();
+    options.push_back(std::move(o));
+    for (const Tensor& p : params) {
+      const std::string key = std::to_string(index++);
+      if (!sd.at("state").contains(key)) continue;
+      auto s = make_param_state();
+      s->from_json(sd.at("state").at(key));
+      s->check_matches(p, name_ + std::string("::load_state_dict: parameter ") + key);
+      state[p.impl()] = std::move(s);
+    }
+  }
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    param_groups_[gi].set_options(std::move(options[gi]));
+    if (groups[gi].contains("initial_lr")) param_groups_[gi].initial_lr = groups[gi].at("initial_lr").get<double>();
+  }
+  state_ = std::move(state);
+}
+
+// ---- master weights ---------------------------------------------------------------------------
+
+Tensor Optimizer::update_target(const Tensor& param, OptimizerParamState& state) {
+  if (param.dtype() != kFloat16) return param;
+  if (!state.master.defined()) state.master = param.cast_copy(kFloat32);  // exact: every half is a float
+  return state.master;
+}
+
+void Optimizer::write_back(const Tensor& param, const OptimizerParamState& state) {
+  if (param.dtype() != kFloat16) return;
+  float_to_half_array(state.master.data<float>(), param.data<uint16_t>(), static_cast<size_t>(param.numel()));
+}
+
+Tensor Optimizer::grad_as(const Tensor& grad, Dtype d) { return grad.dtype() == d ? grad : grad.cast_copy(d); }
+
+}  // namespace halfgrad::optim

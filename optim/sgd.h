@@ -1,0 +1,70 @@
+// sgd.h - stochastic gradient descent with momentum, as torch.optim.SGD (maximize=False; PyTorch's
+// _single_tensor_sgd, the CPU path).
+//
+// For each parameter p with gradient g:
+//   d = g + weight_decay * p                           (when weight_decay != 0: L2, part of the gradient)
+//   if momentum != 0:
+//     buf = d                                          on this parameter's first step (a copy)
+//     buf = buf * momentum + (1 - dampening) * d       afterwards
+//     d = d + momentum * buf   (nesterov)   or   d = buf
+//   p = p + (-lr) * d
+// Elementwise in the parameter's precision (FP32, or FP64), each double scalar rounded to it first.
+// A Float16 parameter is updated through an FP32 master weight and FP32 buffer (optimizer.h).
+#pragma once
+#include "optim/optimizer.h"
+
+namespace halfgrad::optim {
+
+class SGDOptions : public OptimizerOptions {
+ public:
+  /// lr has no default, as in PyTorch; momentum, dampening and weight_decay default to 0.
+  explicit SGDOptions(double lr) : lr_(lr) {}
+
+  SGDOptions& lr(double v) { lr_ = v; return *this; }
+  SGDOptions& momentum(double v) { momentum_ = v; return *this; }
+  SGDOptions& dampening(double v) { dampening_ = v; return *this; }
+  SGDOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  SGDOptions& nesterov(bool v) { nesterov_ = v; return *this; }
+  double lr() const { return lr_; }
+  double momentum() const { return momentum_; }
+  double dampening() const { return dampening_; }
+  double weight_decay() const { return weight_decay_; }
+  bool nesterov() const { return nesterov_; }
+
+  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<SGDOptions>(*this); }
+  double get_lr() const override { return lr_; }
+  void set_lr(double v) override { lr_ = v; }
+  /// As torch.optim.SGD: lr, momentum, weight_decay >= 0; nesterov needs momentum > 0 and dampening 0.
+  void validate() const override;
+  nlohmann::json to_json() const override;
+  void from_json(const nlohmann::json& j) override;
+
+ private:
+  double lr_;
+  double momentum_ = 0.0;
+  double dampening_ = 0.0;
+  double weight_decay_ = 0.0;
+  bool nesterov_ = false;
+};
+
+struct SGDParamState : OptimizerParamState {
+  Tensor momentum_buffer;  // undefined until the first step with momentum != 0
+  nlohmann::json to_json() const override;
+  void from_json(const nlohmann::json& j) override;
+  void check_matches(const Tensor& param, const std::string& where) const override;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, const SGDOptions& defaults);
+  SGD(std::vector<OptimizerParamGroup> groups, const SGDOptions& defaults);
+
+  void step() override;
+
+ protected:
+  std::unique_ptr<OptimizerParamState> make_param_state() const override {
+    return std::make_unique<SGDParamState>();
+  }
+};
+
+}  // namespace halfgrad::optim

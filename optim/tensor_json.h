@@ -1,0 +1,27 @@
+// tensor_json.h - a Tensor as JSON, exactly: {"dtype": "float32", "shape": [3, 4], "base64": "..."}.
+//
+// The data are the tensor's bytes (dense row-major, little-endian as in memory on x86 and ARM)
+// encoded in base64 (RFC 4648, with '=' padding). Decimal text would need care to round-trip every
+// float, NaN and signed zero; the raw bytes round-trip by construction, which is what an optimizer
+// state_dict needs for a bit-identical resume.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tensor.h"
+
+namespace halfgrad::optim {
+
+std::string base64_encode(const uint8_t* data, size_t n);
+/// Throws halfgrad::Error naming `where` on a character outside the alphabet or a bad length.
+std::vector<uint8_t> base64_decode(const std::string& text, const std::string& where);
+
+nlohmann::json tensor_to_json(const Tensor& t);
+/// Throws halfgrad::Error naming `where` when a field is missing, the dtype is unknown, or the byte
+/// count does not match the shape and dtype.
+Tensor tensor_from_json(const nlohmann::json& j, const std::string& where);
+
+}  // namespace halfgrad::optim

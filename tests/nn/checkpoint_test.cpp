@@ -1,0 +1,223 @@
+// Checkpoint save/load: bit-exact round trip, and every way a file can be wrong.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "nn/nn.h"
+#include "ops/ops.h"
+
+using namespace halfgrad;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory per test case, removed at the end.
+struct TempDir {
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() / ("halfgrad_nn_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  fs::path path;
+};
+
+nn::UNet3dOptions small() { return nn::UNet3dOptions().channels({2, 4}).bottleneck(8); }
+
+std::vector<char> bytes_of(const Tensor& t) {
+  const char* p = static_cast<const char*>(t.raw_data());
+  return std::vector<char>(p, p + t.nbytes());
+}
+
+// Every parameter's and buffer's bytes, to check a module is unchanged bit for bit.
+std::vector<std::vector<char>> snapshot(const nn::Module& m) {
+  std::vector<std::vector<char>> out;
+  for (auto& p : m.parameters()) out.push_back(bytes_of(p));
+  for (auto& b : m.buffers()) out.push_back(bytes_of(b));
+  return out;
+}
+
+std::vector<char> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+void write_all(const std::string& path, const std::vector<char>& data) {
+  std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+}  // namespace
+
+TEST_CASE("nn: checkpoint round trip of a UNet3d float32 (params, BN buffers, extra JSON and tensors) is bit-exact") {
+  TempDir dir;
+  const std::string path = dir.file("unet.hgc");
+  Generator g1(11), g2(22);
+  nn::UNet3d a(small(), g1), b(small(), g2);
+  // Move BatchNorm's running statistics and counter off their initial values.
+  Tensor x = Tensor::randn({2, 1, 8, 8, 8}, g1);
+  a.forward(x);
+  REQUIRE(snapshot(a) != snapshot(b));
+
+  nlohmann::json extra = {{"step", 42}, {"scaler", {{"scale", 65536.0}, {"growth_tracker", 3}}}};
+  Tensor moment = Tensor::randn({3, 2}, g1, kFloat16);
+  nn::save_checkpoint(path, a, extra, {{"optim.exp_avg.head.weight", moment}});
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+
+  Tensor w_handle = b.head->weight;
+  nn::CheckpointState st = nn::load_checkpoint(path, b);
+  CHECK(snapshot(a) == snapshot(b));
+  CHECK(w_handle.is_same(b.head->weight));  // loaded in place
+  CHECK(b.head->weight.requires_grad());
+  CHECK(st.extra == extra);
+  CHECK(nn::read_checkpoint_metadata(path) == extra);
+  REQUIRE(st.extra_tensors.size() == 1);
+  CHECK(st.extra_tensors[0].first == "optim.exp_avg.head.weight");
+  CHECK(st.extra_tensors[0].second.dtype() == kFloat16);
+  CHECK(bytes_of(st.extra_tensors[0].second) == bytes_of(moment));
+  CHECK(b.forward(x).to_float_vector() == a.forward(x).to_float_vector());
+
+  // Saving again replaces the file atomically; no extra JSON reads back as null.
+  nn::save_checkpoint(path, b);
+  CHECK(nn::read_checkpoint(path).extra.is_null());
+}
+
+TEST_CASE("nn: checkpoint of float16 parameters round-trips and refuses a float32 module") {
+  TempDir dir;
+  const std::string path = dir.file("half.hgc");
+  nn::Conv3d a(nn::Conv3dOptions(2, 3, 3)), b(nn::Conv3dOptions(2, 3, 3));
+  a.to(kFloat16);
+  nn::save_checkpoint(path, a);
+  const auto before = snapshot(b);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, b),
+                       doctest::Contains("parameter 'weight': dtype float16 in the file, float32 in the module"), Error);
+  CHECK(snapshot(b) == before);
+  b.to(kFloat16);
+  nn::load_checkpoint(path, b);
+  CHECK(snapshot(a) == snapshot(b));
+}
+
+TEST_CASE("nn: checkpoint load of a missing file throws naming the path") {
+  TempDir dir;
+  nn::ReLU m;
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(dir.file("nope.hgc"), m), doctest::Contains("nope.hgc: cannot open"), Error);
+}
+
+TEST_CASE("nn: checkpoint truncated at any point throws a clear error and leaves the module unchanged") {
+  TempDir dir;
+  const std::string path = dir.file("full.hgc"), cut = dir.file("cut.hgc");
+  Generator gen(5);
+  auto make = [&] {
+    auto s = std::make_shared<nn::Sequential>();
+    s->push_back(std::make_shared<nn::Conv3d>(nn::Conv3dOptions(1, 2, 1), gen));
+    s->push_back(std::make_shared<nn::BatchNorm3d>(nn::BatchNorm3dOptions(2)));
+    return s;
+  };
+  auto a = make(), b = make();
+  nn::save_checkpoint(path, *a, {{"k", "v"}});
+  const std::vector<char> full = read_all(path);
+  const auto before = snapshot(*b);
+  // Prefixes ending in the header, a record's header, name, shape, data, the JSON and the checksum:
+  // every length up to 64 bytes, then every 13th, then each of the last 16.
+  std::vector<size_t> cuts;
+  for (size_t n = 0; n < full.size(); n += (n < 64 ? 1 : 13)) cuts.push_back(n);
+  for (size_t n = full.size() - 16; n < full.size(); ++n) cuts.push_back(n);
+  for (size_t n : cuts) {
+    write_all(cut, std::vector<char>(full.begin(), full.begin() + n));
+    INFO("truncated to " << n << " of " << full.size() << " bytes");
+    CHECK_THROWS_AS(nn::load_checkpoint(cut, *b), Error);
+  }
+  CHECK(snapshot(*b) == before);
+  write_all(cut, std::vector<char>(full.begin(), full.begin() + 40));
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(cut, *b), doctest::Contains("truncated"), Error);
+}
+
+TEST_CASE("nn: checkpoint rejects a foreign file, a newer version, a flipped byte and trailing bytes") {
+  TempDir dir;
+  const std::string path = dir.file("m.hgc"), bad = dir.file("bad.hgc");
+  nn::Conv3d m(nn::Conv3dOptions(1, 2, 3));
+  nn::save_checkpoint(path, m);
+  const std::vector<char> good = read_all(path);
+
+  write_all(bad, std::vector<char>{'{', '"', 'a', '"', ':', '1', '}', '\n', ' ', ' ', ' ', ' '});
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(bad, m), doctest::Contains("not a halfgrad checkpoint"), Error);
+
+  std::vector<char> v = good;
+  v[8] = 2;  // version 2
+  write_all(bad, v);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(bad, m), doctest::Contains("version 2 is not supported"), Error);
+
+  v = good;
+  v[v.size() / 2] ^= 0x10;  // one bit inside the weight's bytes
+  write_all(bad, v);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(bad, m), doctest::Contains("checksum mismatch"), Error);
+
+  v = good;
+  v.push_back(0);
+  write_all(bad, v);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(bad, m), doctest::Contains("unexpected bytes"), Error);
+
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(dir.path.string(), m), doctest::Contains("read_checkpoint"), Error);
+}
+
+TEST_CASE("nn: checkpoint with a wrong shape names the tensor and both shapes; module unchanged") {
+  TempDir dir;
+  const std::string path = dir.file("unet.hgc");
+  nn::UNet3d wide(nn::UNet3dOptions().channels({2, 4}).bottleneck(8));
+  nn::UNet3d narrow(nn::UNet3dOptions().channels({2, 4}).bottleneck(6));
+  nn::save_checkpoint(path, wide);
+  const auto before = snapshot(narrow);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, narrow),
+                       doctest::Contains("parameter 'bott.0.weight': shape [8, 4, 3, 3, 3] in the file, "
+                                         "[6, 4, 3, 3, 3] in the module"),
+                       Error);
+  CHECK(snapshot(narrow) == before);
+}
+
+TEST_CASE("nn: checkpoint with a wrong, missing or unexpected name names it; module unchanged") {
+  TempDir dir;
+  const std::string path = dir.file("m.hgc");
+  auto with_bn = std::make_shared<nn::Sequential>();
+  with_bn->push_back(std::make_shared<nn::Conv3d>(nn::Conv3dOptions(1, 2, 3)));
+  with_bn->push_back(std::make_shared<nn::BatchNorm3d>(nn::BatchNorm3dOptions(2)));
+  auto with_in = std::make_shared<nn::Sequential>();
+  with_in->push_back(std::make_shared<nn::Conv3d>(nn::Conv3dOptions(1, 2, 3)));
+  with_in->push_back(std::make_shared<nn::InstanceNorm3d>(nn::InstanceNorm3dOptions(2)));
+  nn::save_checkpoint(path, *with_bn);
+  const auto before = snapshot(*with_in);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, *with_in),
+                       doctest::Contains("the file has parameter '1.weight', which the module (Sequential) does not"),
+                       Error);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, *with_in), doctest::Contains("buffer '1.running_mean'"), Error);
+  CHECK(snapshot(*with_in) == before);
+
+  // The other way: the module has tensors the file lacks.
+  nn::save_checkpoint(path, *with_in);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, *with_bn),
+                       doctest::Contains("parameter '1.weight' of the module is missing from the file"), Error);
+
+  // A parameter stored as a buffer is a mismatch too.
+  nn::CheckpointState st;
+  st.parameters = with_in->named_parameters();
+  st.buffers = {{"0.weight", Tensor::zeros({2, 1, 3, 3, 3})}};
+  st.parameters.erase(st.parameters.begin());
+  nn::write_checkpoint(path, st);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(path, *with_in), doctest::Contains("(the file has it as a buffer)"), Error);
+}
+
+TEST_CASE("nn: write_checkpoint refuses duplicate or empty names before touching the file") {
+  TempDir dir;
+  const std::string path = dir.file("m.hgc");
+  nn::CheckpointState st;
+  st.parameters = {{"a", Tensor::zeros({1})}, {"a", Tensor::zeros({1})}};
+  CHECK_THROWS_WITH_AS(nn::write_checkpoint(path, st), doctest::Contains("appears twice"), Error);
+  st.parameters = {{"", Tensor::zeros({1})}};
+  CHECK_THROWS_AS(nn::write_checkpoint(path, st), Error);
+  CHECK_FALSE(fs::exists(path));
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+  CHECK_THROWS_WITH_AS(nn::write_checkpoint(dir.file("no_such_dir/m.hgc"), nn::CheckpointState()),
+                       doctest::Contains("cannot create"), Error);
+}

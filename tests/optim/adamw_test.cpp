@@ -1,0 +1,204 @@
+// AdamW beyond the golden trajectories (golden_trajectory_test.cpp): the first step by hand, FP16
+// parameters with FP32 master weights, bit-identical resume from state_dict, parameter groups,
+// argument checks, and that a step leaves no trace on the autograd tape.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "ops/elementwise/elementwise.h"
+#include "optim/adamw.h"
+
+using namespace halfgrad;
+
+namespace {
+
+// n pseudo-random gradients of magnitude ~scale, each exactly representable in half.
+std::vector<float> half_exact_values(int64_t n, uint64_t seed, double scale) {
+  Generator g(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_to_half(static_cast<float>(g.normal() * scale));
+  return v;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("optim: AdamW float32 first step equals the formula by hand") {
+  // t = 1: m = (1-b1) g, v = (1-b2) g^2, so m / (1-b1) = g and sqrt(v / (1-b2)) = |g|:
+  // p = p (1 - lr wd) - lr * g / (|g| + eps), about lr * sign(g).
+  Tensor p = Tensor::from_vector(std::vector<float>{1.0f, -2.0f, 0.5f}, {3}).set_requires_grad(true);
+  p.set_grad(Tensor::from_vector(std::vector<float>{0.3f, -0.01f, 2.0f}, {3}));
+  optim::AdamW opt({p}, optim::AdamWOptions().lr(0.1).weight_decay(0.5));
+  opt.step();
+  const double expect[3] = {1.0 * 0.95 - 0.1, -2.0 * 0.95 + 0.1, 0.5 * 0.95 - 0.1};
+  for (int i = 0; i < 3; ++i) CHECK(p.item_at(i) == doctest::Approx(expect[i]).epsilon(1e-6));
+  const auto* st = dynamic_cast<const optim::AdamWParamState*>(opt.param_state(p));
+  REQUIRE(st != nullptr);
+  CHECK(st->step == 1);
+  CHECK(st->exp_avg.item_at(0) == doctest::Approx(0.1 * 0.3).epsilon(1e-6));
+  CHECK(!st->master.defined());  // FP32 parameters are updated in place
+}
+
+TEST_CASE("optim: AdamW options default to PyTorch's and are validated") {
+  const optim::AdamWOptions o;
+  CHECK(o.lr() == 1e-3);
+  CHECK(std::get<0>(o.betas()) == 0.9);
+  CHECK(std::get<1>(o.betas()) == 0.999);
+  CHECK(o.eps() == 1e-8);
+  CHECK(o.weight_decay() == 1e-2);
+  Tensor p = Tensor::zeros({2}).set_requires_grad(true);
+  CHECK_THROWS_AS(optim::AdamW({p}, optim::AdamWOptions().lr(-1)), Error);
+  CHECK_THROWS_AS(optim::AdamW({p}, optim::AdamWOptions().betas({1.0, 0.999})), Error);
+  CHECK_THROWS_AS(optim::AdamW({p}, optim::AdamWOptions().betas({0.9, -0.1})), Error);
+  CHECK_THROWS_AS(optim::AdamW({p}, optim::AdamWOptions().eps(-1e-8)), Error);
+  CHECK_THROWS_AS(optim::AdamW({p}, optim::AdamWOptions().weight_decay(-1)), Error);
+  CHECK_THROWS_AS(optim::AdamW(std::vector<Tensor>{}), Error);
+  CHECK_THROWS_AS(optim::AdamW({p, p}), Error);  // a parameter twice
+  Tensor nonleaf = Tensor::zeros({2}).set_requires_grad(true) * 2.0;
+  CHECK_THROWS_AS(optim::AdamW({nonleaf}), Error);
+}
+
+TEST_CASE("optim: AdamW skips parameters without grad and records nothing on the tape") {
+  Tensor a = Tensor::from_vector(std::vector<float>{1, 2}, {2}).set_requires_grad(true);
+  Tensor b = Tensor::from_vector(std::vector<float>{3, 4}, {2}).set_requires_grad(true);
+  a.set_grad(Tensor::ones({2}));
+  optim::AdamW opt({a, b});
+  opt.step();  // grad mode is on here: the update must still not be recorded
+  CHECK(a.is_leaf());
+  CHECK(a.requires_grad());
+  CHECK(a.item_at(0) != 1.0);
+  CHECK(b.item_at(0) == 3.0);
+  CHECK(b.item_at(1) == 4.0);
+  CHECK(opt.param_state(b) == nullptr);
+  opt.zero_grad(/*set_to_none=*/false);
+  REQUIRE(a.grad().defined());
+  CHECK(a.grad().item_at(0) == 0.0);
+  opt.zero_grad();
+  CHECK(!a.grad().defined());
+}
+
+TEST_CASE("optim: AdamW param groups keep their own lr and weight decay") {
+  Tensor decayed = Tensor::full({1}, 1.0).set_requires_grad(true);
+  Tensor plain = Tensor::full({1}, 1.0).set_requires_grad(true);
+  std::vector<optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<Tensor>{decayed});
+  groups.emplace_back(std::vector<Tensor>{plain},
+                      std::make_unique<optim::AdamWOptions>(optim::AdamWOptions().lr(0.01).weight_decay(0.0)));
+  optim::AdamW opt(groups, optim::AdamWOptions().lr(0.1).weight_decay(0.1));
+  decayed.set_grad(Tensor::full({1}, 1.0));
+  plain.set_grad(Tensor::full({1}, 1.0));
+  opt.step();
+  CHECK(decayed.item() == doctest::Approx(1.0 * (1 - 0.1 * 0.1) - 0.1).epsilon(1e-6));
+  CHECK(plain.item() == doctest::Approx(1.0 - 0.01).epsilon(1e-6));
+  CHECK(opt.param_groups()[0].options().get_lr() == 0.1);
+  CHECK(opt.param_groups()[1].options().get_lr() == 0.01);
+}
+
+TEST_CASE("optim: AdamW float16 params with FP32 master weights equal the FP32 run, rounded") {
+  for (Dtype grad_dtype : {kFloat16, kFloat32}) {
+    CAPTURE(dtype_name(grad_dtype));
+    const int64_t n = 257;
+    const std::vector<float> init = half_exact_values(n, 7, 1.0);
+    Tensor p16 = Tensor::from_vector(init, {n}, kFloat16).set_requires_grad(true);
+    Tensor p32 = Tensor::from_vector(init, {n}, kFloat32).set_requires_grad(true);
+    const auto options = optim::AdamWOptions().lr(1e-3).weight_decay(1e-2);
+    optim::AdamW opt16({p16}, options), opt32({p32}, options);
+    for (int t = 0; t < 20; ++t) {
+      const std::vector<float> g = half_exact_values(n, 100 + t, 1e-2);
+      p16.set_grad(Tensor::from_vector(g, {n}, grad_dtype));
+      p32.set_grad(Tensor::from_vector(g, {n}, kFloat32));
+      opt16.step();
+      opt32.step();
+      const auto* st = opt16.param_state(p16);
+      REQUIRE(st != nullptr);
+      REQUIRE(st->master.dtype() == kFloat32);
+      CHECK_MESSAGE(same_bits(st->master, p32), "master differs from the FP32 run at step " << t + 1);
+      CHECK_MESSAGE(same_bits(p16, p32.cast_copy(kFloat16)), "param is not the FP32 value rounded, step " << t + 1);
+    }
+  }
+}
+
+TEST_CASE("optim: AdamW float16 master weight keeps updates smaller than half's spacing") {
+  // Near 1.0 halves are 2^-10 ~ 9.8e-4 apart; an lr of 1e-4 moves the parameter by about 1e-4 per
+  // step, which rounds away in FP16 every time. The FP32 master accumulates it.
+  Tensor p = Tensor::full({1}, 1.0, kFloat16).set_requires_grad(true);
+  optim::AdamW opt({p}, optim::AdamWOptions().lr(1e-4).weight_decay(0.0));
+  for (int t = 0; t < 10; ++t) {
+    p.set_grad(Tensor::full({1}, -1.0, kFloat16));
+    opt.step();
+  }
+  const double master = opt.param_state(p)->master.item();
+  CHECK(master == doctest::Approx(1.0 + 10 * 1e-4).epsilon(1e-5));
+  CHECK(p.item() == round_to_half(static_cast<float>(master)));
+  CHECK(p.item() > 1.0);
+}
+
+TEST_CASE("optim: AdamW state_dict round trip resumes bit-identically (float32 and float16 params)") {
+  for (Dtype d : {kFloat32, kFloat16}) {
+    CAPTURE(dtype_name(d));
+    const std::vector<float> init = half_exact_values(40, 3, 1.0);
+    Tensor a = Tensor::from_vector(init, {5, 8}, d).set_requires_grad(true);
+    Tensor b = Tensor::from_vector(std::vector<float>(init.begin(), init.begin() + 6), {6}, d).set_requires_grad(true);
+    const auto options = optim::AdamWOptions().lr(3e-3).betas({0.8, 0.99}).weight_decay(0.05);
+    optim::AdamW opt({a, b}, options);
+    auto grads_at = [&](int t) {
+      a.set_grad(Tensor::from_vector(half_exact_values(40, 50 + t, 0.1), {5, 8}, d));
+      b.set_grad(Tensor::from_vector(half_exact_values(6, 90 + t, 0.1), {6}, d));
+    };
+    for (int t = 0; t < 5; ++t) grads_at(t), opt.step();
+    // Save through text, as a checkpoint file would.
+    const std::string saved = opt.state_dict().dump();
+    Tensor a2 = a.clone().set_requires_grad(true), b2 = b.clone().set_requires_grad(true);
+    optim::AdamW resumed({a2, b2}, optim::AdamWOptions());  // options come from the state dict
+    resumed.load_state_dict(nlohmann::json::parse(saved));
+    CHECK(std::get<0>(static_cast<const optim::AdamWOptions&>(resumed.param_groups()[0].options()).betas()) == 0.8);
+    for (int t = 5; t < 10; ++t) {
+      grads_at(t);
+      a2.set_grad(a.grad());
+      b2.set_grad(b.grad());
+      opt.step();
+      resumed.step();
+    }
+    CHECK(same_bits(a, a2));
+    CHECK(same_bits(b, b2));
+    CHECK(opt.state_dict() == resumed.state_dict());
+  }
+}
+
+TEST_CASE("optim: AdamW load_state_dict rejects a mismatched optimizer and changes nothing") {
+  Tensor a = Tensor::zeros({3}).set_requires_grad(true);
+  a.set_grad(Tensor::ones({3}));
+  optim::AdamW opt({a});
+  opt.step();
+  const nlohmann::json sd = opt.state_dict();
+  Tensor wrong_shape = Tensor::zeros({4}).set_requires_grad(true);
+  optim::AdamW other({wrong_shape}, optim::AdamWOptions().lr(0.5));
+  CHECK_THROWS_AS(other.load_state_dict(sd), Error);
+  CHECK(other.param_groups()[0].options().get_lr() == 0.5);
+  CHECK(other.param_state(wrong_shape) == nullptr);
+  Tensor x = Tensor::zeros({3}).set_requires_grad(true), y = Tensor::zeros({3}).set_requires_grad(true);
+  optim::AdamW two({x, y});
+  CHECK_THROWS_AS(two.load_state_dict(sd), Error);  // group sizes differ
+}
+
+TEST_CASE("optim: AdamW update of a large tensor (OpenMP path) equals the small-tensor update") {
+  const int64_t n = optim::kParallelMinElements + 1000;
+  const std::vector<float> init = half_exact_values(n, 11, 1.0), g = half_exact_values(n, 12, 0.1);
+  Tensor big = Tensor::from_vector(init, {n}).set_requires_grad(true);
+  Tensor small = Tensor::from_vector(std::vector<float>(init.end() - 100, init.end()), {100}).set_requires_grad(true);
+  optim::AdamW opt_big({big}), opt_small({small});
+  for (int t = 0; t < 3; ++t) {
+    big.set_grad(Tensor::from_vector(g, {n}));
+    small.set_grad(Tensor::from_vector(std::vector<float>(g.end() - 100, g.end()), {100}));
+    opt_big.step();
+    opt_small.step();
+  }
+  CHECK(std::memcmp(big.data<float>() + n - 100, small.data<float>(), 100 * sizeof(float)) == 0);
+}
