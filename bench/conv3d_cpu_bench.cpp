@@ -1,12 +1,15 @@
-// conv3d_cpu_bench.cpp - time the CPU convolution kernels (ops/conv/conv_gemm.h) on the layer shapes of
-// the half-width 3-D U-Net (levels 8-16-32-64, bottleneck 128, 1 channel in, 3 classes), FP32.
+// conv3d_cpu_bench.cpp - time the CPU convolution kernels (ops/conv/conv_gemm.h, which hands FP32
+// 3x3x3 stride-1 layers to the direct kernels of ops/conv/conv_direct.h) on the layer shapes of the
+// half-width 3-D U-Net (levels 8-16-32-64, bottleneck 128, 1 channel in, 3 classes), FP32, NCDHW.
 //
 // For each layer it times fprop, dgrad and wgrad separately (fastest of --reps runs after two warm-ups)
-// and prints GFLOP/s, with flops = 2 * N * Cout * Cin * k^3 * (output voxels) for each direction. The
-// ceiling printed first is what Eigen's SGEMM reaches on a square 1024^3 product on the same threads:
-// the kernels are GEMMs on column tiles, so that is the rate they can approach.
+// and prints GFLOP/s, with flops = 2 * N * Cout * Cin * k^3 * (output voxels) for each direction (for
+// conv_transpose3d, its input voxels). The ceiling printed first is what Eigen's SGEMM reaches on a
+// square 1024^3 product on the same threads: roughly the FMA peak of the cores (AVX2), which the
+// direct kernels approach and the small layers' column GEMMs do not.
+// The first layer's dgrad (1 input channel) is never needed in training: the image has no gradient.
 //
-//   build/bench/conv3d_cpu_bench [--batch 2] [--size 32] [--reps 10] [--only dec0]   (OMP_NUM_THREADS=2)
+//   build-*/bench/conv3d_cpu_bench [--batch 2] [--size 32] [--reps 10] [--only dec0]   (OMP_NUM_THREADS=2)
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
 #include <algorithm>
@@ -69,7 +72,17 @@ int main(int argc, char** argv) {
   {
     const int n = 1024;
     Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
-    const double t = best_seconds([&] { c.noalias() = a * b; }, reps);
+    // One column block per thread, each a single-threaded Eigen GEMM (as the kernels run theirs).
+    const int threads = num_threads(), step = (n + threads - 1) / threads;
+    const double t = best_seconds(
+        [&] {
+#pragma omp parallel for schedule(static)
+          for (int i = 0; i < threads; ++i) {
+            const int c0 = i * step, len = std::min(step, n - c0);
+            if (len > 0) c.middleCols(c0, len).noalias() = a * b.middleCols(c0, len);
+          }
+        },
+        reps);
     std::printf("threads %d; ceiling: Eigen SGEMM 1024^3 %.1f GFLOP/s\n", num_threads(), 2.0 * n * n * n / t / 1e9);
   }
   std::printf("batch %lld, input %lld^3, FP32, NCDHW\n", static_cast<long long>(batch), static_cast<long long>(size));

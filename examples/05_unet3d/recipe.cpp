@@ -9,11 +9,12 @@ Recipe recipe_by_name(const std::string& name) {
   r.name = name;
   if (name == "reference") return r;  // the defaults above are torch_hippo_train.py's recipe
   if (name == "cpu") {
-    r.model = halfgrad::nn::UNet3dOptions::cpu();
-    r.patch = {32, 32, 32};
+    r.model = halfgrad::nn::UNet3dOptions().channels({12, 24, 48, 96}).bottleneck(192);
+    r.patch = {32, 48, 32};
     r.foreground_prob = 0.67;
     r.batch = 4;
-    r.lr = 3e-3;
+    r.lr = 1e-3;
+    r.flip_axes = {2};
     r.epochs = 12;
     r.warmup_epochs = 1;
     r.cosine = true;

@@ -12,6 +12,9 @@
 //   y (N, Cout, Do, Ho, Wo),  Do = (D - 1) * s - 2p + k
 // Precision: autocast's FP16 list: operands are cast to FP16, products accumulate in FP32, the output
 // is FP16. Float64 computes in double (gradcheck).
+// CPU implementation: GEMMs over column tiles (ops/conv/conv_gemm.h); FP32/FP16 3x3x3 stride-1
+// convolutions (fprop, and dgrad as an fprop with flipped weights; wgrad) run on direct AVX2 kernels
+// instead (ops/conv/conv_direct.h). Timings: bench/conv3d_cpu_bench.cpp.
 // Errors (halfgrad::Error, naming the op and the shapes): x not 5-D, w not 5-D, channel mismatch,
 // non-cubic or empty kernel, bias of the wrong length, output extent < 1, stride < 1, padding < 0.
 #pragma once

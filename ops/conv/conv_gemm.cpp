@@ -39,18 +39,23 @@ struct Tiling {
   int64_t end(int64_t t) const { return std::min(cols, (t + 1) * width); }
 };
 
-// Tiles of at most kColTileBytes (but at least kMinTileCols wide), their number a multiple of the
-// thread count so that a static schedule gives every thread the same work.
+// Tiles of at most kColTileBytes (and at least kMinTileCols wide, unless that leaves a thread idle),
+// their number a multiple of the thread count so that a static schedule gives every thread the same
+// work. Every thread gets a tile whenever there are enough columns: the GEMMs then run single-threaded
+// inside our parallel loops, and Eigen's own GEMM threading is never used. (Its workers spin-wait on
+// each other many times per product; when another process takes one of the two cores, each of those
+// waits lasts a scheduler time slice, and a 0.1 ms product took 80 ms.)
 Tiling plan_tiles(int64_t cols, int64_t rows, int64_t elem_bytes) {
   const int64_t threads = num_threads();
   int64_t width = std::max(kMinTileCols, kColTileBytes / std::max<int64_t>(1, rows * elem_bytes));
+  width = std::max<int64_t>(1, std::min(width, (cols + threads - 1) / threads));
   int64_t count = (cols + width - 1) / width;
-  if (count < threads && cols >= threads * kMinTileCols) count = threads;
-  if (count > 1) count = (count + threads - 1) / threads * threads;
-  count = std::max<int64_t>(1, std::min(count, cols));
-  width = std::max<int64_t>(1, (cols + count - 1) / count);
-  count = std::max<int64_t>(1, (cols + width - 1) / width);
-  return {cols, width, count};
+  if (count > 1) {
+    count = (count + threads - 1) / threads * threads;
+    width = std::max<int64_t>(1, (cols + count - 1) / count);
+    count = (cols + width - 1) / width;
+  }
+  return {cols, width, std::max<int64_t>(1, count)};
 }
 
 // Per-thread scratch buffers, grown on demand and kept across calls (the OpenMP pool's threads live
@@ -106,7 +111,7 @@ template <typename T>
 void conv3d_fprop(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
   if (g.cols() == 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    if (direct_applies(g)) return conv3d_fprop_direct(g, x, w, b, y);
+    if (direct_fprop_applies(g)) return conv3d_fprop_direct(g, x, w, b, y);
   }
   const int64_t rows = g.col_rows(), vol = g.out_vol();
   const ConstMapR<T> W(w, g.cout, rows, Eigen::OuterStride<>(rows));
@@ -156,15 +161,24 @@ void conv3d_dgrad(const ConvGeometry& g, const T* dy, const T* w, T* dx) {
     }
     return;
   }
-  // Overlapping windows with stride > 1: tiles one after another (Eigen parallelises each GEMM), and
-  // the scatter-add of a tile split over input channels, which write disjoint planes of dx.
+  // Overlapping windows with stride > 1: tiles one after another; within a tile the threads share the
+  // rows of the GEMM, then the scatter-add, split over input channels (which write disjoint planes of dx).
+  const int64_t threads = num_threads(), row_block = (rows + threads - 1) / threads;
   for (int64_t t = 0; t < tiles.count; ++t) {
     const int64_t q0 = tiles.begin(t), q1 = tiles.end(t), width = q1 - q0;
     const ConstMapR<T> dY = gather_cols(dy, g.cout, vol, q0, q1, scratch<T>(kRowsSlot, g.cout * width));
     T* col = scratch<T>(kColSlot, rows * width);
-    MapR<T>(col, rows, width, Eigen::OuterStride<>(width)).noalias() = W.transpose() * dY;
-#pragma omp parallel for schedule(static) if (parallel_worth(rows * width))
-    for (int64_t c = 0; c < g.cin; ++c) col2vol(g, static_cast<const T*>(col), width, q0, q1, c, c + 1, dx);
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+      for (int64_t r0 = 0; r0 < rows; r0 += row_block) {
+        const int64_t nr = std::min(row_block, rows - r0);
+        MapR<T>(col + r0 * width, nr, width, Eigen::OuterStride<>(width)).noalias() =
+            W.middleCols(r0, nr).transpose() * dY;
+      }
+#pragma omp for schedule(static)
+      for (int64_t c = 0; c < g.cin; ++c) col2vol(g, static_cast<const T*>(col), width, q0, q1, c, c + 1, dx);
+    }
   }
 }
 
@@ -176,7 +190,7 @@ void conv3d_wgrad(const ConvGeometry& g, const T* x, const T* dy, T* dw) {
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (direct_applies(g)) return conv3d_wgrad_direct(g, x, dy, dw);
+    if (direct_wgrad_applies(g)) return conv3d_wgrad_direct(g, x, dy, dw);
   }
   const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T));
   const int team = tiles.count > 1 ? num_threads() : 1;

@@ -10,9 +10,13 @@
 // or double (FP64). Outputs are overwritten, not accumulated.
 //
 // Parallel mapping (OpenMP, no nested regions): the Q columns are cut into tiles whose column block
-// (K x tile) fits in L2; the tiles are shared out among the threads, each of which builds its block
-// with vol2col and runs a single-threaded Eigen GEMM on it. When a problem is too small to cut into
-// several tiles, the one tile runs outside any parallel region and Eigen parallelises the GEMM itself.
+// (K x tile) fits in L2, at least one per thread; the tiles are shared out among the threads, each of
+// which builds its block with vol2col and runs a single-threaded Eigen GEMM on it (Eigen's own GEMM
+// threading is never used: see plan_tiles). dgrad with overlapping windows and stride > 1 runs the
+// tiles in turn, the threads sharing each tile's GEMM rows and then its scatter-add.
+//
+// FP32 3x3x3 stride-1 convolutions (the U-Net's) go to the direct kernels of conv_direct.h instead, and
+// so does their dgrad, which for stride 1 is an fprop with flipped weights.
 #pragma once
 #include <cstdint>
 

@@ -22,21 +22,40 @@ using ConstMapR = Eigen::Map<const MatR<T>>;
 enum class Trans { N, T };
 
 // C (m, n) = op(A) * op(B) in compute precision, op = identity or transpose; A and B are 2-D of one dtype.
+// The longer side of C is cut into one block per thread, each a single-threaded Eigen GEMM inside our
+// parallel loop. (Eigen's own GEMM threading spin-waits between its workers, and stalls for whole
+// scheduler time slices when another process takes a core; see ops/conv/conv_gemm.cpp.)
 Tensor gemm(const Tensor& a, Trans ta, const Tensor& b, Trans tb) {
   const Tensor ca = to_compute(a), cb = to_compute(b);
   const int64_t m = ta == Trans::N ? a.size(0) : a.size(1);
+  const int64_t k = ta == Trans::N ? a.size(1) : a.size(0);
   const int64_t n = tb == Trans::N ? b.size(1) : b.size(0);
   Tensor c = Tensor::empty({m, n}, ca.dtype());
+  const int64_t threads = num_threads();
+  const bool split_rows = m >= n;
+  const int64_t side = split_rows ? m : n;
+  const int64_t blocks = parallel_worth(m * n * k) ? std::min(threads, side) : 1;
+  const int64_t step = (side + blocks - 1) / std::max<int64_t>(blocks, 1);
   dispatch_compute(ca.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const ConstMapR<T> A(ca.data<T>(), a.size(0), a.size(1));
     const ConstMapR<T> B(cb.data<T>(), b.size(0), b.size(1));
     MapR<T> C(c.data<T>(), m, n);
-    if (ta == Trans::N && tb == Trans::N) C.noalias() = A * B;
-    else if (ta == Trans::N) C.noalias() = A * B.transpose();
-    else if (tb == Trans::N) C.noalias() = A.transpose() * B;
-    else C.noalias() = A.transpose() * B.transpose();
+    auto product = [&](const auto& opA, const auto& opB) {
+#pragma omp parallel for schedule(static) if (blocks > 1)
+      for (int64_t i = 0; i < blocks; ++i) {
+        const int64_t s0 = i * step, len = std::min(step, side - s0);
+        if (len <= 0) continue;
+        if (split_rows) C.middleRows(s0, len).noalias() = opA.middleRows(s0, len) * opB;
+        else C.middleCols(s0, len).noalias() = opA * opB.middleCols(s0, len);
+      }
+    };
+    if (ta == Trans::N && tb == Trans::N) product(A, B);
+    else if (ta == Trans::N) product(A, B.transpose());
+    else if (tb == Trans::N) product(A.transpose(), B);
+    else product(A.transpose(), B.transpose());
   });
+  if (m * n == 0 || k == 0) c.zero_();
   return c;
 }
 

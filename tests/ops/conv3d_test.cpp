@@ -185,12 +185,15 @@ TEST_CASE("ops: conv3d float32 NCDHW tiled paths vs float64 loops (tiles within 
       {{2, 4, 10, 12, 14}, {3, 4, 2, 2, 2}, 2, 0, true},
       {{3, 5, 9, 10, 11}, {3, 5, 1, 1, 1}, 1, 0, true},
       {{2, 2, 7, 6, 9}, {3, 2, 3, 3, 3}, 1, 4, true},
-      // FP32 direct kernels (k 3, stride 1, rows a multiple of 8): channel blocks of 4 and 1..3, vector
-      // groups of 3 with remainders 1 and 2, paddings 0..2.
+      // FP32 direct kernels (k 3, stride 1, >= 128 outputs): 16- and 8-channel fprop blocks with
+      // zero-padded channels, rows a multiple of 8 wide (wgrad's rows kernel) or not (its channels
+      // kernel), paddings 0..2.
       {{2, 3, 5, 6, 16}, {5, 3, 3, 3, 3}, 1, 1, true},
       {{1, 3, 4, 4, 8}, {2, 3, 3, 3, 3}, 1, 1, true},
       {{1, 2, 4, 5, 10}, {7, 2, 3, 3, 3}, 1, 0, true},
       {{2, 2, 3, 4, 6}, {3, 2, 3, 3, 3}, 1, 2, false},
+      {{1, 2, 4, 5, 16}, {24, 2, 3, 3, 3}, 1, 1, true},  // a 16-channel block and an 8-channel block
+      {{2, 3, 4, 4, 5}, {20, 3, 3, 3, 3}, 1, 1, false},  // 16 + 4 channels, rows too short for 8-wide
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SUBCASE(cases[i].name().c_str()) { check_against_reference(false, cases[i], 300 + i); }

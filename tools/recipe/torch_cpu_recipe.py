@@ -16,7 +16,11 @@ ap.add_argument('--epochs', type=int, default=12); ap.add_argument('--spe', type
 ap.add_argument('--fg', type=float, default=0.67); ap.add_argument('--threads', type=int, default=2)
 ap.add_argument('--warmup', type=float, default=1.0)
 ap.add_argument('--flip', type=int, nargs='*', default=[2], help='axes (0=z,1=y,2=x) flipped at random')
+ap.add_argument('--norm', default='batch', choices=['batch', 'instance'])
 a = ap.parse_args()
+if a.norm == 'instance':
+    import torch_unet_step
+    torch_unet_step.nn.BatchNorm3d = lambda c: torch.nn.InstanceNorm3d(c, affine=True)
 torch.set_num_threads(a.threads); torch.manual_seed(0); rng = np.random.default_rng(0)
 X, Y = load(os.path.join(here, '../../../shared/data/hippocampus'))
 va = torch.arange(len(X)) % 5 == 4
