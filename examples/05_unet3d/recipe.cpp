@@ -16,6 +16,7 @@ Recipe recipe_by_name(const std::string& name) {
     r.lr = 1e-3;
     r.flip_axes = {2};
     r.epochs = 12;
+    r.default_data_epochs = 30;  // one volume, 40 steps an epoch: about 7 minutes on 2 cores
     r.warmup_epochs = 1;
     r.cosine = true;
     r.samples_per_epoch = 160;

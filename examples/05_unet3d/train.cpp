@@ -71,6 +71,7 @@ static std::string fmt(double v, int prec = 4) {
 
 int run_train(const TrainArgs& a) {
   Recipe r = recipe_by_name(a.config);
+  if (a.data.empty()) r.epochs = r.default_data_epochs;
   if (a.epochs > 0) r.epochs = a.epochs;
   if (a.batch > 0) r.batch = a.batch;
   if (a.lr > 0) r.lr = a.lr;
