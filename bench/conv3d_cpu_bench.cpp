@@ -1,6 +1,7 @@
 // conv3d_cpu_bench.cpp - time the CPU convolution kernels (ops/conv/conv_gemm.h, which hands FP32
 // 3x3x3 stride-1 layers to the direct kernels of ops/conv/conv_direct.h) on the layer shapes of the
-// half-width 3-D U-Net (levels 8-16-32-64, bottleneck 128, 1 channel in, 3 classes), FP32, NCDHW.
+// 3-D U-Net (by default the half-width one: levels 8-16-32-64, bottleneck 128, 1 channel in, 3
+// classes), FP32, NCDHW.
 //
 // For each layer it times fprop, dgrad and wgrad separately (fastest of --reps runs after two warm-ups)
 // and prints GFLOP/s, with flops = 2 * N * Cout * Cin * k^3 * (output voxels) for each direction (for
@@ -9,7 +10,8 @@
 // direct kernels approach and the small layers' column GEMMs do not.
 // The first layer's dgrad (1 input channel) is never needed in training: the image has no gradient.
 //
-//   build-*/bench/conv3d_cpu_bench [--batch 2] [--size 32] [--reps 10] [--only dec0]   (OMP_NUM_THREADS=2)
+//   build-*/bench/conv3d_cpu_bench [--batch 2] [--width 8] [--shape 32 32 32] [--reps 10] [--only dec0]
+//   (OMP_NUM_THREADS=2; the CPU recipe's patches are --batch 4 --width 12 --shape 32 48 32)
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
 #include <algorithm>
@@ -49,23 +51,61 @@ std::vector<float> random_vector(int64_t n, std::mt19937& rng) {
   return v;
 }
 
+struct Extent {
+  int64_t d, h, w;
+  Extent halved(int times) const { return {d >> times, h >> times, w >> times}; }
+};
+
 struct Layer {
   std::string name;
-  int64_t size, cin, cout, k, s, p;
-  bool transposed;  // conv_transpose3d (cin -> cout, `size` = its input extent)
+  Extent in;  // the layer's input extents
+  int64_t cin, cout, k, s, p;
+  bool transposed;  // conv_transpose3d (cin -> cout)
 };
+
+// The U-Net of ../shared/reference/torch_unet_step.py at `width` (levels width * 1, 2, 4, 8, bottleneck
+// width * 16), 1 channel in, 3 classes; level l runs at the input extents halved l times.
+std::vector<Layer> unet_layers(int64_t width, const Extent& e) {
+  auto name = [](const char* what, int64_t ci, int64_t co) {
+    return std::string(what) + " " + std::to_string(ci) + "->" + std::to_string(co);
+  };
+  std::vector<Layer> L;
+  int64_t c = 1;
+  for (int l = 0; l < 4; ++l) {
+    const int64_t co = width << l;
+    const std::string lv = "enc" + std::to_string(l) + " conv";
+    L.push_back({name(lv.c_str(), c, co), e.halved(l), c, co, 3, 1, 1, false});
+    L.push_back({name(lv.c_str(), co, co), e.halved(l), co, co, 3, 1, 1, false});
+    c = co;
+  }
+  L.push_back({name("bott conv", c, width * 16), e.halved(4), c, width * 16, 3, 1, 1, false});
+  L.push_back({name("bott conv", width * 16, width * 16), e.halved(4), width * 16, width * 16, 3, 1, 1, false});
+  c = width * 16;
+  for (int l = 3; l >= 0; --l) {
+    const int64_t co = width << l;
+    const std::string up = "up" + std::to_string(l) + " convT", dec = "dec" + std::to_string(l) + " conv";
+    L.push_back({name(up.c_str(), c, co), e.halved(l + 1), c, co, 2, 2, 0, true});
+    L.push_back({name(dec.c_str(), 2 * co, co), e.halved(l), 2 * co, co, 3, 1, 1, false});
+    L.push_back({name(dec.c_str(), co, co), e.halved(l), co, co, 3, 1, 1, false});
+    c = co;
+  }
+  L.push_back({name("head conv", c, 3) + " k1", e, c, 3, 1, 1, 0, false});
+  return L;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"CPU conv3d kernels on the half-width U-Net's layer shapes"};
-  int64_t batch = 2, size = 32;
+  CLI::App app{"CPU conv3d kernels on the U-Net's layer shapes"};
+  int64_t batch = 2, width = 8;
+  std::vector<int64_t> shape{32, 32, 32};
   int reps = 10;
   std::string only;
   app.add_option("--batch", batch, "batch size");
-  app.add_option("--only", only, "time only the layers whose name contains this");
-  app.add_option("--size", size, "input volume edge (a multiple of 16)");
+  app.add_option("--width", width, "channels of the first level (8: the half-width U-Net)");
+  app.add_option("--shape", shape, "input extents D H W (multiples of 16)")->expected(3);
   app.add_option("--reps", reps, "timed runs per measurement (the fastest is reported)");
+  app.add_option("--only", only, "time only the layers whose name contains this");
   CLI11_PARSE(app, argc, argv);
 
   std::mt19937 rng(0);
@@ -85,24 +125,10 @@ int main(int argc, char** argv) {
         reps);
     std::printf("threads %d; ceiling: Eigen SGEMM 1024^3 %.1f GFLOP/s\n", num_threads(), 2.0 * n * n * n / t / 1e9);
   }
-  std::printf("batch %lld, input %lld^3, FP32, NCDHW\n", static_cast<long long>(batch), static_cast<long long>(size));
-
-  const int64_t S = size;
-  std::vector<Layer> layers = {
-      {"enc0 conv 1->8", S, 1, 8, 3, 1, 1, false},          {"enc0 conv 8->8", S, 8, 8, 3, 1, 1, false},
-      {"enc1 conv 8->16", S / 2, 8, 16, 3, 1, 1, false},    {"enc1 conv 16->16", S / 2, 16, 16, 3, 1, 1, false},
-      {"enc2 conv 16->32", S / 4, 16, 32, 3, 1, 1, false},  {"enc2 conv 32->32", S / 4, 32, 32, 3, 1, 1, false},
-      {"enc3 conv 32->64", S / 8, 32, 64, 3, 1, 1, false},  {"enc3 conv 64->64", S / 8, 64, 64, 3, 1, 1, false},
-      {"bott conv 64->128", S / 16, 64, 128, 3, 1, 1, false},
-      {"bott conv 128->128", S / 16, 128, 128, 3, 1, 1, false},
-      {"up3 convT 128->64", S / 16, 128, 64, 2, 2, 0, true}, {"dec3 conv 128->64", S / 8, 128, 64, 3, 1, 1, false},
-      {"dec3 conv 64->64", S / 8, 64, 64, 3, 1, 1, false},   {"up2 convT 64->32", S / 8, 64, 32, 2, 2, 0, true},
-      {"dec2 conv 64->32", S / 4, 64, 32, 3, 1, 1, false},   {"dec2 conv 32->32", S / 4, 32, 32, 3, 1, 1, false},
-      {"up1 convT 32->16", S / 4, 32, 16, 2, 2, 0, true},    {"dec1 conv 32->16", S / 2, 32, 16, 3, 1, 1, false},
-      {"dec1 conv 16->16", S / 2, 16, 16, 3, 1, 1, false},   {"up0 convT 16->8", S / 2, 16, 8, 2, 2, 0, true},
-      {"dec0 conv 16->8", S, 16, 8, 3, 1, 1, false},         {"dec0 conv 8->8", S, 8, 8, 3, 1, 1, false},
-      {"head conv 8->3 k1", S, 8, 3, 1, 1, 0, false},
-  };
+  std::printf("batch %lld, width %lld, input %lldx%lldx%lld, FP32, NCDHW\n", static_cast<long long>(batch),
+              static_cast<long long>(width), static_cast<long long>(shape[0]), static_cast<long long>(shape[1]),
+              static_cast<long long>(shape[2]));
+  const std::vector<Layer> layers = unet_layers(width, {shape[0], shape[1], shape[2]});
 
   std::printf("%-20s %8s | %9s %7s | %9s %7s | %9s %7s\n", "layer", "MFLOP", "fprop ms", "GF/s", "dgrad ms", "GF/s",
               "wgrad ms", "GF/s");
@@ -110,11 +136,11 @@ int main(int argc, char** argv) {
   for (const Layer& L : layers) {
     if (!only.empty() && L.name.find(only) == std::string::npos) continue;
     // The convolution G that runs the layer: the layer itself, or for conv_transpose3d the convolution
-    // whose dgrad is its forward (G: cout channels at 2x extent -> cin channels at `size`).
-    const int64_t big = L.transposed ? (L.size - 1) * L.s - 2 * L.p + L.k : L.size;
-    const conv::ConvGeometry g = L.transposed
-                                     ? conv::make_geometry(batch, L.cout, L.cin, big, big, big, L.k, L.s, L.p)
-                                     : conv::make_geometry(batch, L.cin, L.cout, big, big, big, L.k, L.s, L.p);
+    // whose dgrad is its forward (G: cout channels at the output extents -> cin channels at the input's).
+    auto out = [&](int64_t e) { return (e - 1) * L.s - 2 * L.p + L.k; };
+    const conv::ConvGeometry g =
+        L.transposed ? conv::make_geometry(batch, L.cout, L.cin, out(L.in.d), out(L.in.h), out(L.in.w), L.k, L.s, L.p)
+                     : conv::make_geometry(batch, L.cin, L.cout, L.in.d, L.in.h, L.in.w, L.k, L.s, L.p);
     const std::vector<float> x = random_vector(g.n * g.cin * g.in_vol(), rng);
     const std::vector<float> w = random_vector(g.cout * g.col_rows(), rng);
     const std::vector<float> dy = random_vector(g.n * g.cout * g.out_vol(), rng);

@@ -37,6 +37,8 @@ decltype(auto) dispatch_compute(Dtype d, F&& f) {
 
 /// Number of worker threads ops use (OpenMP), and whether n elements of work are worth splitting.
 int num_threads();
-inline bool parallel_worth(int64_t work) { return work >= (1 << 15); }
+// 2^17 elements: below that a parallel region costs more than it saves (an OpenMP barrier on a
+// shared core can wait a whole scheduler slice).
+inline bool parallel_worth(int64_t work) { return work >= (1 << 17); }
 
 }  // namespace halfgrad::ops

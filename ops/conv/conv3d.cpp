@@ -1,5 +1,6 @@
 // conv3d.cpp - conv3d and conv_transpose3d: argument checks, autocast, and forward with its backward
-// right under it. The arithmetic is in conv_gemm.cpp (GEMMs over column tiles) and vol2col.cpp.
+// right under it. The arithmetic is behind conv_gemm.h: GEMMs over column tiles (conv_gemm.cpp,
+// vol2col.cpp), and the direct kernels it hands FP32 3x3x3 stride-1 convolutions to (conv_direct_*.cpp).
 //
 // conv_transpose3d is the adjoint of a convolution, so it reuses the same three kernels with their
 // roles swapped. For x (N, Cin_t, D, H, W), w (Cin_t, Cout_t, k, k, k), let G be the convolution from
@@ -138,10 +139,11 @@ Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dPar
   return autograd::record("conv3d", y, {xc, wc, bc},
                           [g, gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor(),
                            w_shape = w.shape()](const Tensor& gy) -> std::vector<Tensor> {
+                            const Tensor cgy = to_compute(gy);  // FP16 -> FP32 once for all three
                             Tensor dx, dw, db;
-                            if (gx) dx = dgrad(g, gy, ws);
-                            if (gw) dw = wgrad(g, xs, gy, w_shape);
-                            if (gb) db = bias_grad(gy);
+                            if (gx) dx = dgrad(g, cgy, ws);
+                            if (gw) dw = wgrad(g, xs, cgy, w_shape);
+                            if (gb) db = bias_grad(cgy);
                             return {out_dtype(dx, dt), out_dtype(dw, dt), out_dtype(db, dt)};
                           });
 }
@@ -157,10 +159,11 @@ Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const Tensor& b, const
   return autograd::record("conv_transpose3d", y, {xc, wc, bc},
                           [g, gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor(),
                            w_shape = w.shape()](const Tensor& gy) -> std::vector<Tensor> {
+                            const Tensor cgy = to_compute(gy);  // FP16 -> FP32 once for all three
                             Tensor dx, dw, db;
-                            if (gx) dx = fprop(g, gy, ws, Tensor());
-                            if (gw) dw = wgrad(g, gy, xs, w_shape);
-                            if (gb) db = bias_grad(gy);
+                            if (gx) dx = fprop(g, cgy, ws, Tensor());
+                            if (gw) dw = wgrad(g, cgy, xs, w_shape);
+                            if (gb) db = bias_grad(cgy);
                             return {out_dtype(dx, dt), out_dtype(dw, dt), out_dtype(db, dt)};
                           });
 }

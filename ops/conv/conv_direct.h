@@ -16,6 +16,9 @@
 //   fprop, 8 output channels (Cout = 8, 24, ...): 1 register x 11 (or 8) consecutive outputs of a row.
 //          Each broadcast of xp[.., x + u] serves the three taps l = 0, 1, 2 (outputs x + u - l), so per
 //          (c, i, j) row: 3 weight loads and 13 broadcasts feed 33 FMAs.
+//   fprop, 4 output channels (Cout = 12, 4, ...; rows a multiple of 8 wide): 4 channels x 3 vectors of 8
+//          consecutive outputs; per tap, 3 unaligned loads of xp and 4 broadcasts of w feed 12 FMAs.
+//          Channels that are not a multiple of 16 go to whichever mix of blocks wastes least.
 //   wgrad, rows a multiple of 8 wide: 4 output channels x the taps l = 0, 1, 2 of one (c, i, j) = 12
 //          accumulators of 8 partial sums over outputs; per vector of 8 outputs, 3 loads of xp (shifted
 //          by l) and 4 of dy feed 12 FMAs.

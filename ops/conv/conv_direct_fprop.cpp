@@ -39,6 +39,9 @@ namespace {
 constexpr int64_t kWide = 16;        // output channels of a wide block (2 registers)
 constexpr int64_t kNarrow = 8;       // output channels of a narrow block (1 register)
 constexpr int64_t kWidePositions = 6;  // outputs per wide register block: 2 x 6 = 12 accumulators
+constexpr int64_t kQuad = 4;           // output channels of a quad block
+constexpr int64_t kQuadVectors = 3;    // vectors of 8 outputs per quad register block: 4 x 3 = 12
+constexpr int64_t kLanes = 8;          // floats per AVX2 register
 
 // ---- 16 output channels x 6 outputs --------------------------------------------------------------
 
@@ -131,25 +134,80 @@ __attribute__((noinline)) void fprop_narrow11(const float* xp, int64_t xbase, co
   HG_A_STORE(8) HG_A_STORE(9) HG_A_STORE(10)
 }
 
-// Measured single-core rates (GFLOP/s) of the two narrow kernels, for choosing between them: 8 outputs
-// a call divides rows of 8, 16, 24 and 48 exactly; 11 wastes less on rows of 32 (chunks 11, 11, 10).
-constexpr int64_t kNarrow8Rate = 118, kNarrow11Rate = 128;
+// ---- 4 output channels x 3 vectors of 8 consecutive outputs (rows a multiple of 8 wide) -----------
 
-// A block of output channels [o0, o0 + valid) computed as `width` (16 or 8) channels, the rest zero.
+// For channel counts that are not a multiple of 8 (the width-12 U-Net's 12, 24 + 12 ...): vectors run
+// along the outputs, so no lane is spent on a missing channel. Vector v (8 outputs of one row) starts at
+// xp + xbase[v] (its tap 0) and at y + ybase[v]; per tap, 3 unaligned loads of xp and 4 broadcasts of w
+// ([r][l][4]) feed 12 FMAs. Channels past `valid` are not stored.
+__attribute__((noinline)) void fprop_quad(const float* xp, const int64_t* xbase, const int64_t* rowoff, int64_t rows,
+                                          const float* wq, const float* bias, int64_t valid, float* y,
+                                          int64_t ystride, const int64_t* ybase) {
+  __m256 a00 = _mm256_set1_ps(bias[0]), a01 = a00, a02 = a00;
+  __m256 a10 = _mm256_set1_ps(bias[1]), a11 = a10, a12 = a10;
+  __m256 a20 = _mm256_set1_ps(bias[2]), a21 = a20, a22 = a20;
+  __m256 a30 = _mm256_set1_ps(bias[3]), a31 = a30, a32 = a30;
+  const float* p0 = xp + xbase[0];
+  const float* p1 = xp + xbase[1];
+  const float* p2 = xp + xbase[2];
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t off = rowoff[r];
+    for (int l = 0; l < 3; ++l, wq += kQuad) {
+      const __m256 x0 = _mm256_loadu_ps(p0 + off + l), x1 = _mm256_loadu_ps(p1 + off + l),
+                   x2 = _mm256_loadu_ps(p2 + off + l);
+#define HG_CH(o)                                    {                                                   const __m256 w = _mm256_broadcast_ss(wq + o);     a##o##0 = _mm256_fmadd_ps(w, x0, a##o##0);        a##o##1 = _mm256_fmadd_ps(w, x1, a##o##1);        a##o##2 = _mm256_fmadd_ps(w, x2, a##o##2);      }
+      HG_CH(0) HG_CH(1) HG_CH(2) HG_CH(3)
+#undef HG_CH
+    }
+  }
+#define HG_ST(o)                                                  if (valid > o) {                                                  _mm256_storeu_ps(y + o * ystride + ybase[0], a##o##0);          _mm256_storeu_ps(y + o * ystride + ybase[1], a##o##1);          _mm256_storeu_ps(y + o * ystride + ybase[2], a##o##2);        }
+  HG_ST(0) HG_ST(1) HG_ST(2) HG_ST(3)
+#undef HG_ST
+}
+
+// Measured single-core rates (GFLOP/s of useful and wasted lanes alike) of the kernels, for choosing
+// among them: wide 138, quad 119, narrow 128 with 11 outputs a call and 118 with 8 (8 divides rows of
+// 8, 16, 24 and 48 exactly; 11 wastes less on rows of 32: chunks 11, 11, 10).
+constexpr int64_t kWideRate = 138, kQuadRate = 119, kNarrow8Rate = 118, kNarrow11Rate = 128;
+
+// A block of output channels [o0, o0 + valid) computed as `width` (16, 8 or 4) channels, the rest zero.
 struct ChannelBlock {
   int64_t o0, valid, width;
   int64_t wq_offset;  // into the packed weights, [K][width]
 };
 
-// 16-channel blocks, then the remaining channels as one 8-channel block (rows of at least 8 outputs)
-// or one more zero-padded 16-channel block.
-std::vector<ChannelBlock> channel_blocks(const ConvGeometry& g) {
+// 16-channel blocks while 16 channels remain; the rest (1..15) in whichever of these takes least time
+// by the rates above: one zero-padded wide block; quad blocks (rows a multiple of 8 wide); a narrow
+// block (rows of at least 8) for up to 8 channels, followed by quad blocks for the others.
+std::vector<ChannelBlock> channel_blocks(const ConvGeometry& g, int64_t narrow_rate) {
+  std::vector<int64_t> widths;
+  int64_t o0 = 0;
+  for (; g.cout - o0 >= kWide; o0 += kWide) widths.push_back(kWide);
+  const int64_t rem = g.cout - o0;
+  if (rem > 0) {
+    const bool quad_ok = g.ow % kLanes == 0, narrow_ok = g.ow >= kNarrow;
+    const auto quads = [](int64_t n) { return (n + kQuad - 1) / kQuad; };
+    // time per output, in units of 1 / (rate * 1000): lanes computed / rate
+    const double t_wide = double(kWide) / kWideRate;
+    const double t_quad = quad_ok ? double(kQuad * quads(rem)) / kQuadRate : 1e9;
+    const double t_narrow = !narrow_ok ? 1e9
+                            : rem <= kNarrow ? double(kNarrow) / narrow_rate
+                            : quad_ok        ? double(kNarrow) / narrow_rate + double(kQuad * quads(rem - kNarrow)) / kQuadRate
+                                             : 1e9;
+    if (t_narrow <= t_quad && t_narrow <= t_wide) {
+      widths.push_back(kNarrow);
+      for (int64_t left = rem - kNarrow; left > 0; left -= kQuad) widths.push_back(kQuad);
+    } else if (t_quad <= t_wide) {
+      for (int64_t left = rem; left > 0; left -= kQuad) widths.push_back(kQuad);
+    } else {
+      widths.push_back(kWide);
+    }
+  }
   std::vector<ChannelBlock> blocks;
   int64_t off = 0;
-  for (int64_t o0 = 0; o0 < g.cout;) {
-    const int64_t rem = g.cout - o0;
-    const int64_t width = rem >= kWide ? kWide : (rem <= kNarrow && g.ow >= 8 ? kNarrow : kWide);
-    const int64_t valid = std::min(rem, width);
+  o0 = 0;
+  for (int64_t width : widths) {
+    const int64_t valid = std::min(g.cout - o0, width);
     blocks.push_back({o0, valid, width, off});
     off += g.col_rows() * width;
     o0 += valid;
@@ -163,7 +221,10 @@ void conv3d_fprop_direct(const ConvGeometry& g, const float* x, const float* w, 
   HG_CHECK(direct_fprop_applies(g), "conv3d: internal error: direct fprop called for an unsupported geometry");
   const Padded P = padded_extents(g);
   const int64_t K = g.col_rows(), rows = g.cin * 9, ovol = g.out_vol(), oplane = g.oh * g.ow;
-  const std::vector<ChannelBlock> blocks = channel_blocks(g);
+  // Narrow blocks: 11 or 8 outputs a call, whichever takes less time per row.
+  const auto row_cost = [&](int64_t nv, int64_t rate) { return (g.ow + nv - 1) / nv * nv * 1000 / rate; };
+  const int64_t narrow = g.ow >= 11 && row_cost(11, kNarrow11Rate) < row_cost(8, kNarrow8Rate) ? 11 : 8;
+  const std::vector<ChannelBlock> blocks = channel_blocks(g, narrow == 11 ? kNarrow11Rate : kNarrow8Rate);
   // Weights packed per block as [k][width] (zero beyond the valid channels), 32-byte aligned so that
   // no weight load splits a cache line; biases likewise padded.
   std::vector<float> packed(static_cast<size_t>(blocks.size() * K * kWide + 8), 0.0f);
@@ -184,13 +245,15 @@ void conv3d_fprop_direct(const ConvGeometry& g, const float* x, const float* w, 
         rowoff.push_back(c * P.channel() + i * P.plane() + j * P.wp);
         for (int64_t l = 0; l < 3; ++l) tapoff.push_back(rowoff.back() + l);
       }
-  // Narrow blocks: 11 or 8 outputs a call, whichever takes less time per row.
-  const auto row_cost = [&](int64_t nv, int64_t rate) { return (g.ow + nv - 1) / nv * nv * 1000 / rate; };
-  const int64_t narrow = g.ow >= 11 && row_cost(11, kNarrow11Rate) < row_cost(8, kNarrow8Rate) ? 11 : 8;
   const PaddedGroup group = padded_group(g, P);
-  const bool any_narrow = blocks.back().width == kNarrow;  // only the last block can be narrow
-  const bool any_wide = blocks.front().width == kWide;
-#pragma omp parallel
+  bool any_wide = false, any_quad = false;
+  int64_t narrow_block = -1;  // at most one
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    any_wide |= blocks[bi].width == kWide;
+    any_quad |= blocks[bi].width == kQuad;
+    if (blocks[bi].width == kNarrow) narrow_block = static_cast<int64_t>(bi);
+  }
+#pragma omp parallel if (run_parallel(g))
   {
     float tmp[kWidePositions * kWide];
     for (int64_t n0 = 0; n0 < g.n; n0 += group.samples) {
@@ -219,8 +282,8 @@ void conv3d_fprop_direct(const ConvGeometry& g, const float* x, const float* w, 
       }
       // The narrow block: rows of at least 8 outputs, 11 or 8 at a time (the last call of a row is
       // shifted left to end at the row's end, recomputing a few outputs).
-      if (any_narrow) {
-        const size_t bi = blocks.size() - 1;
+      if (narrow_block >= 0) {
+        const size_t bi = static_cast<size_t>(narrow_block);
         const ChannelBlock& B = blocks[bi];
 #pragma omp for schedule(static) nowait
         for (int64_t row = 0; row < nb * g.od * g.oh; ++row) {
@@ -236,6 +299,25 @@ void conv3d_fprop_direct(const ConvGeometry& g, const float* x, const float* w, 
             for (int64_t o = 0; o < B.valid; ++o)
               for (int64_t v = 0; v < narrow; ++v) yrow[o * ovol + xs + v] = tmp[v * kNarrow + o];
           }
+        }
+      }
+      // Quad blocks: 3 vectors of 8 outputs per iteration (any rows, planes and samples of the group);
+      // the last iteration repeats the group's last vector.
+      const int64_t vectors = any_quad ? nb * g.od * g.oh * (g.ow / kLanes) : 0;
+#pragma omp for schedule(static) nowait
+      for (int64_t v0 = 0; v0 < vectors; v0 += kQuadVectors) {
+        int64_t xbase[kQuadVectors], ybase[kQuadVectors];
+        for (int64_t v = 0; v < kQuadVectors; ++v) {
+          const int64_t q = std::min(v0 + v, vectors - 1) * kLanes;  // first output of the vector
+          const int64_t nz = q / oplane, yx = q % oplane, nl = nz / g.od, z = nz % g.od;
+          xbase[v] = nl * P.sample(g.cin) + z * P.plane() + (yx / g.ow) * P.wp + yx % g.ow;
+          ybase[v] = (n0 + nl) * g.cout * ovol + z * oplane + yx;
+        }
+        for (size_t bi = 0; bi < blocks.size(); ++bi) {
+          const ChannelBlock& B = blocks[bi];
+          if (B.width != kQuad) continue;
+          fprop_quad(group.xp, xbase, rowoff.data(), rows, wq + B.wq_offset, bias.data() + bi * kWide, B.valid,
+                     y + B.o0 * ovol, ovol, ybase);
         }
       }
 #pragma omp barrier

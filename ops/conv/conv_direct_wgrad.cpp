@@ -199,7 +199,7 @@ void conv3d_wgrad_direct(const ConvGeometry& g, const float* x, const float* dy,
   const int64_t K = g.col_rows(), wsize = g.cout * K;
   const bool rows = g.ow % kLanes == 0;
   const PaddedGroup group = padded_group(g, P);
-  const int64_t threads = omp_get_max_threads();
+  const int64_t threads = run_parallel(g) ? omp_get_max_threads() : 1;
   // rows: planes per run, enough for kMinRunVectors vectors (a run may span samples), but no more than
   // leaves every thread a run.
   const int64_t nvec = g.oh * (g.ow / kLanes);
@@ -219,7 +219,7 @@ void conv3d_wgrad_direct(const ConvGeometry& g, const float* x, const float* dy,
   const int64_t run_len = std::clamp<int64_t>(kRunFloats / cpad, 1, std::max<int64_t>(1, group_outputs / threads));
   const int64_t part_size = rows ? wsize * kLanes : kpad * cpad;
   std::vector<float*> partial(threads, nullptr);
-#pragma omp parallel
+#pragma omp parallel if (run_parallel(g))
   {
     thread_local std::vector<float> part_buf;
     float* part = grow(part_buf, part_size);

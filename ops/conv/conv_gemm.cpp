@@ -39,14 +39,12 @@ struct Tiling {
   int64_t end(int64_t t) const { return std::min(cols, (t + 1) * width); }
 };
 
-// Tiles of at most kColTileBytes (and at least kMinTileCols wide, unless that leaves a thread idle),
-// their number a multiple of the thread count so that a static schedule gives every thread the same
-// work. Every thread gets a tile whenever there are enough columns: the GEMMs then run single-threaded
-// inside our parallel loops, and Eigen's own GEMM threading is never used. (Its workers spin-wait on
-// each other many times per product; when another process takes one of the two cores, each of those
-// waits lasts a scheduler time slice, and a 0.1 ms product took 80 ms.)
-Tiling plan_tiles(int64_t cols, int64_t rows, int64_t elem_bytes) {
-  const int64_t threads = num_threads();
+// Tiles of at most kColTileBytes (and at least kMinTileCols wide). For a parallel run (run_parallel),
+// at least one tile per thread and their number a multiple of the thread count, so that a static
+// schedule gives every thread the same work: the GEMMs then run single-threaded inside our parallel
+// loops. Eigen's own GEMM threading is never used (see SerialEigen).
+Tiling plan_tiles(int64_t cols, int64_t rows, int64_t elem_bytes, bool parallel) {
+  const int64_t threads = parallel ? num_threads() : 1;
   int64_t width = std::max(kMinTileCols, kColTileBytes / std::max<int64_t>(1, rows * elem_bytes));
   width = std::max<int64_t>(1, std::min(width, (cols + threads - 1) / threads));
   int64_t count = (cols + width - 1) / width;
@@ -57,6 +55,26 @@ Tiling plan_tiles(int64_t cols, int64_t rows, int64_t elem_bytes) {
   }
   return {cols, width, std::max<int64_t>(1, count)};
 }
+
+// Within its scope, Eigen's GEMM runs on the calling thread. Outside an OpenMP team Eigen starts its
+// own for products above ~1e5 multiply-adds, and its workers spin-wait on each other many times per
+// product: when another process takes one of the two cores, each wait lasts a scheduler time slice
+// (a 0.1 ms product took 80 ms). The OpenMP thread count is per thread and restored on exit.
+class SerialEigen {
+ public:
+  explicit SerialEigen(bool active) : prev_(omp_get_max_threads()), active_(active) {
+    if (active_) omp_set_num_threads(1);
+  }
+  ~SerialEigen() {
+    if (active_) omp_set_num_threads(prev_);
+  }
+  SerialEigen(const SerialEigen&) = delete;
+  SerialEigen& operator=(const SerialEigen&) = delete;
+
+ private:
+  int prev_;
+  bool active_;
+};
 
 // Per-thread scratch buffers, grown on demand and kept across calls (the OpenMP pool's threads live
 // as long as the process), so training steps do not re-allocate megabytes of column tiles.
@@ -115,8 +133,10 @@ void conv3d_fprop(const ConvGeometry& g, const T* x, const T* w, const T* b, T* 
   }
   const int64_t rows = g.col_rows(), vol = g.out_vol();
   const ConstMapR<T> W(w, g.cout, rows, Eigen::OuterStride<>(rows));
-  const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T));
-#pragma omp parallel for schedule(static) if (tiles.count > 1)
+  const bool parallel = run_parallel(g);
+  const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T), parallel);
+  const SerialEigen serial(!(parallel && tiles.count > 1));
+#pragma omp parallel for schedule(static) if (parallel && tiles.count > 1)
   for (int64_t t = 0; t < tiles.count; ++t) {
     const int64_t q0 = tiles.begin(t), q1 = tiles.end(t), width = q1 - q0;
     const ConstMapR<T> C = col_block(g, x, q0, q1);
@@ -148,10 +168,13 @@ void conv3d_dgrad(const ConvGeometry& g, const T* dy, const T* w, T* dx) {
   std::fill(dx, dx + g.n * g.cin * g.in_vol(), T(0));
   if (g.cols() == 0) return;
   const ConstMapR<T> W(w, g.cout, rows, Eigen::OuterStride<>(rows));
-  const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T));
+  const bool parallel = run_parallel(g);
+  const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T), parallel);
+  // Parallel loops below run whenever `parallel` (the overlapping case always opens its region).
+  const SerialEigen serial(!(parallel && (tiles.count > 1 || !g.windows_disjoint())));
   if (g.windows_disjoint()) {
     // Disjoint windows (e.g. the k2 s2 of conv_transpose3d's fprop): tiles scatter to disjoint parts of dx.
-#pragma omp parallel for schedule(static) if (tiles.count > 1)
+#pragma omp parallel for schedule(static) if (parallel && tiles.count > 1)
     for (int64_t t = 0; t < tiles.count; ++t) {
       const int64_t q0 = tiles.begin(t), q1 = tiles.end(t), width = q1 - q0;
       const ConstMapR<T> dY = gather_cols(dy, g.cout, vol, q0, q1, scratch<T>(kRowsSlot, g.cout * width));
@@ -163,12 +186,12 @@ void conv3d_dgrad(const ConvGeometry& g, const T* dy, const T* w, T* dx) {
   }
   // Overlapping windows with stride > 1: tiles one after another; within a tile the threads share the
   // rows of the GEMM, then the scatter-add, split over input channels (which write disjoint planes of dx).
-  const int64_t threads = num_threads(), row_block = (rows + threads - 1) / threads;
+  const int64_t threads = parallel ? num_threads() : 1, row_block = (rows + threads - 1) / threads;
   for (int64_t t = 0; t < tiles.count; ++t) {
     const int64_t q0 = tiles.begin(t), q1 = tiles.end(t), width = q1 - q0;
     const ConstMapR<T> dY = gather_cols(dy, g.cout, vol, q0, q1, scratch<T>(kRowsSlot, g.cout * width));
     T* col = scratch<T>(kColSlot, rows * width);
-#pragma omp parallel
+#pragma omp parallel if (parallel)
     {
 #pragma omp for schedule(static)
       for (int64_t r0 = 0; r0 < rows; r0 += row_block) {
@@ -192,8 +215,10 @@ void conv3d_wgrad(const ConvGeometry& g, const T* x, const T* dy, T* dw) {
   if constexpr (std::is_same_v<T, float>) {
     if (direct_wgrad_applies(g)) return conv3d_wgrad_direct(g, x, dy, dw);
   }
-  const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T));
-  const int team = tiles.count > 1 ? num_threads() : 1;
+  const bool parallel = run_parallel(g);
+  const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T), parallel);
+  const int team = parallel && tiles.count > 1 ? num_threads() : 1;
+  const SerialEigen serial(team == 1);
   std::vector<T*> partial(team, nullptr);
   // Each thread accumulates its tiles' dY * col^T into its own (Cout, K) buffer; the buffers are then
   // summed in thread order, so the result does not depend on timing.

@@ -32,7 +32,15 @@ struct ConvGeometry {
   /// k <= s: no input position is read by two (output position, kernel offset) pairs, so col2vol of
   /// disjoint column tiles writes disjoint input positions.
   bool windows_disjoint() const { return k <= s; }
+  /// Multiply-adds of each of fprop, dgrad and wgrad: N DoHoWo x Cout x Cin k^3.
+  int64_t macs() const { return cols() * cout * col_rows(); }
 };
+
+/// Below this many multiply-adds (about 10 us on one core) a convolution runs on the calling thread:
+/// an OpenMP region costs microseconds on a quiet machine, but a scheduler time slice (milliseconds)
+/// when another process holds one of the cores the team waits for.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
+inline bool run_parallel(const ConvGeometry& g) { return g.macs() >= kMinParallelMacs; }
 
 /// The output extents from the input extents (floor division; may be < 1: callers check).
 ConvGeometry make_geometry(int64_t n, int64_t cin, int64_t cout, int64_t d, int64_t h, int64_t w, int64_t k,

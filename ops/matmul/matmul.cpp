@@ -1,7 +1,9 @@
 // matmul.cpp - matmul and linear on the CPU with Eigen's GEMM (math and shapes in matmul.h).
 // FP16 operands are widened to FP32, multiplied with FP32 accumulation, and the product is rounded to
-// FP16 once; Float64 multiplies in double. Eigen parallelises each GEMM over the OpenMP threads.
+// FP16 once; Float64 multiplies in double. Large products are split over the OpenMP threads (gemm).
 #include "ops/matmul/matmul.h"
+
+#include <omp.h>
 
 #include <Eigen/Core>
 #include <vector>
@@ -21,10 +23,32 @@ using ConstMapR = Eigen::Map<const MatR<T>>;
 
 enum class Trans { N, T };
 
+// About 10 us of work on one core: below it an OpenMP region costs more than it saves.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
+
+// Within its scope (when active) Eigen's GEMM runs on the calling thread: the OpenMP thread count it
+// reads is per thread, set to 1 here and restored on exit.
+class SerialEigen {
+ public:
+  explicit SerialEigen(bool active) : prev_(omp_get_max_threads()), active_(active) {
+    if (active_) omp_set_num_threads(1);
+  }
+  ~SerialEigen() {
+    if (active_) omp_set_num_threads(prev_);
+  }
+  SerialEigen(const SerialEigen&) = delete;
+  SerialEigen& operator=(const SerialEigen&) = delete;
+
+ private:
+  int prev_;
+  bool active_;
+};
+
 // C (m, n) = op(A) * op(B) in compute precision, op = identity or transpose; A and B are 2-D of one dtype.
-// The longer side of C is cut into one block per thread, each a single-threaded Eigen GEMM inside our
-// parallel loop. (Eigen's own GEMM threading spin-waits between its workers, and stalls for whole
-// scheduler time slices when another process takes a core; see ops/conv/conv_gemm.cpp.)
+// Products of at least kMinParallelMacs multiply-adds have the longer side of C cut into one block per
+// thread, each a single-threaded Eigen GEMM inside our parallel loop; smaller ones run on the calling
+// thread. Eigen's own GEMM threading is kept off (its workers spin-wait on each other, and stall for
+// whole scheduler time slices when another process takes a core; see ops/conv/conv_gemm.cpp).
 Tensor gemm(const Tensor& a, Trans ta, const Tensor& b, Trans tb) {
   const Tensor ca = to_compute(a), cb = to_compute(b);
   const int64_t m = ta == Trans::N ? a.size(0) : a.size(1);
@@ -34,7 +58,8 @@ Tensor gemm(const Tensor& a, Trans ta, const Tensor& b, Trans tb) {
   const int64_t threads = num_threads();
   const bool split_rows = m >= n;
   const int64_t side = split_rows ? m : n;
-  const int64_t blocks = parallel_worth(m * n * k) ? std::min(threads, side) : 1;
+  const int64_t blocks = m * n * k >= kMinParallelMacs ? std::min(threads, side) : 1;
+  const SerialEigen serial(blocks == 1);
   const int64_t step = (side + blocks - 1) / std::max<int64_t>(blocks, 1);
   dispatch_compute(ca.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -17,6 +17,39 @@
 
 namespace halfgrad::ops {
 
+namespace {
+
+// The window's running maximum: v replaces it if larger, or if v is the window's first NaN.
+template <typename T>
+inline void take(T v, int64_t i, T& best, int64_t& best_i) {
+  if (v > best || (v != v && best == best)) {
+    best = v;
+    best_i = i;
+  }
+}
+
+// One output row of the U-Net's 2x2x2 stride-2 pooling: the window of output x is x0 = 2x, x0 + 1 of
+// the input rows at `row`, row + w (plane 2z) and row + hw, row + hw + w (plane 2z + 1), visited in
+// (i, j, l) order so that ties go to the first maximum.
+template <typename T>
+void pool_row_k2s2(const T* xin, int64_t row, int64_t w, int64_t hw, int64_t ow, T* y, int32_t* idx) {
+  const int64_t r[4] = {row, row + w, row + hw, row + hw + w};
+  for (int64_t xx = 0; xx < ow; ++xx) {
+    int64_t best_i = r[0] + 2 * xx;
+    T best = xin[best_i];
+    take(xin[best_i + 1], best_i + 1, best, best_i);
+    for (int q = 1; q < 4; ++q) {
+      const int64_t i0 = r[q] + 2 * xx;
+      take(xin[i0], i0, best, best_i);
+      take(xin[i0 + 1], i0 + 1, best, best_i);
+    }
+    y[xx] = best;
+    idx[xx] = static_cast<int32_t>(best_i);
+  }
+}
+
+}  // namespace
+
 Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride) {
   check_floating("max_pool3d", "input", x);
   check_dim("max_pool3d", "input", x, 5, "(N, C, D, H, W)");
@@ -45,25 +78,24 @@ Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride) {
       T* yo = py + plane * out_vol;
       int32_t* io = pi + plane * out_vol;
       for (int64_t z = 0; z < od; ++z)
-        for (int64_t yy = 0; yy < oh; ++yy)
+        for (int64_t yy = 0; yy < oh; ++yy) {
+          const int64_t o = (z * oh + yy) * ow;
+          if (kernel == 2 && stride == 2) {
+            pool_row_k2s2(xin, (2 * z * h + 2 * yy) * w, w, h * w, ow, yo + o, io + o);
+            continue;
+          }
           for (int64_t xx = 0; xx < ow; ++xx) {
             int64_t best_i = (z * stride * h + yy * stride) * w + xx * stride;
             T best = xin[best_i];
             for (int64_t i = 0; i < kernel; ++i)
               for (int64_t j = 0; j < kernel; ++j) {
                 const int64_t row = ((z * stride + i) * h + yy * stride + j) * w + xx * stride;
-                for (int64_t l = 0; l < kernel; ++l) {
-                  const T v = xin[row + l];
-                  if (v > best || (std::isnan(v) && !std::isnan(best))) {
-                    best = v;
-                    best_i = row + l;
-                  }
-                }
+                for (int64_t l = 0; l < kernel; ++l) take(xin[row + l], row + l, best, best_i);
               }
-            const int64_t o = (z * oh + yy) * ow + xx;
-            yo[o] = best;
-            io[o] = static_cast<int32_t>(best_i);
+            yo[o + xx] = best;
+            io[o + xx] = static_cast<int32_t>(best_i);
           }
+        }
     }
   });
   Tensor out = from_compute(y, x.dtype());

@@ -192,8 +192,11 @@ TEST_CASE("ops: conv3d float32 NCDHW tiled paths vs float64 loops (tiles within 
       {{1, 3, 4, 4, 8}, {2, 3, 3, 3, 3}, 1, 1, true},
       {{1, 2, 4, 5, 10}, {7, 2, 3, 3, 3}, 1, 0, true},
       {{2, 2, 3, 4, 6}, {3, 2, 3, 3, 3}, 1, 2, false},
-      {{1, 2, 4, 5, 16}, {24, 2, 3, 3, 3}, 1, 1, true},  // a 16-channel block and an 8-channel block
+      {{1, 2, 4, 5, 16}, {24, 2, 3, 3, 3}, 1, 1, true},  // a 16-channel block, then 8 more
       {{2, 3, 4, 4, 5}, {20, 3, 3, 3, 3}, 1, 1, false},  // 16 + 4 channels, rows too short for 8-wide
+      {{1, 2, 3, 4, 20}, {8, 2, 3, 3, 3}, 1, 1, true},   // 8 channels, 11 outputs a call
+      {{1, 3, 3, 4, 16}, {12, 3, 3, 3, 3}, 1, 1, false},  // 12 channels as 3 x 4 (rows of 16)
+      {{1, 2, 2, 3, 32}, {12, 2, 3, 3, 3}, 1, 1, true},  // 12 channels as 8 + 4 (rows of 32)
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SUBCASE(cases[i].name().c_str()) { check_against_reference(false, cases[i], 300 + i); }
@@ -210,6 +213,26 @@ TEST_CASE("ops: conv_transpose3d float32 NCDHW tiled paths vs float64 loops") {
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SUBCASE(cases[i].name().c_str()) { check_against_reference(true, cases[i], 400 + i); }
+  }
+}
+
+TEST_CASE("ops: conv3d and conv_transpose3d float32 NCDHW multi-threaded paths (>= 1M multiply-adds) vs float64 loops") {
+  // Problems above kMinParallelMacs (ops/conv/vol2col.h) split over the threads: column tiles, some
+  // straddling two samples; per-thread wgrad partials; the overlapping-window dgrad's shared GEMM rows.
+  struct Case {
+    bool transposed;
+    ConvCase c;
+  };
+  const std::vector<Case> cases = {
+      {false, {{2, 4, 8, 8, 16}, {16, 4, 3, 3, 3}, 1, 1, false}},  // direct: 16-channel fprop, rows wgrad
+      {false, {{2, 3, 12, 13, 14}, {5, 3, 3, 3, 3}, 1, 1, true}},  // direct: 8-channel fprop, channels wgrad
+      {false, {{3, 8, 12, 12, 12}, {16, 8, 3, 3, 3}, 2, 1, true}},  // GEMM, overlapping windows
+      {false, {{3, 32, 8, 8, 9}, {32, 32, 1, 1, 1}, 1, 0, true}},   // GEMM, pointwise
+      {true, {{2, 16, 8, 8, 10}, {16, 8, 2, 2, 2}, 2, 0, true}},    // GEMM, disjoint windows (k2 s2)
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string name = std::string(cases[i].transposed ? "conv_transpose3d " : "conv3d ") + cases[i].c.name();
+    SUBCASE(name.c_str()) { check_against_reference(cases[i].transposed, cases[i].c, 500 + i); }
   }
 }
 
@@ -285,7 +308,7 @@ TEST_CASE("ops: conv3d and conv_transpose3d float16 and autocast NCDHW [2, 4, 6,
   }
 }
 
-TEST_CASE("ops: conv3d float32 NCDHW gradients only for inputs that require them") {
+TEST_CASE("ops: conv3d float32 NCDHW [1, 2, 4, 4, 4] gradients only for inputs that require them") {
   Generator g(9);
   Tensor x = Tensor::randn({1, 2, 4, 4, 4}, g);
   Tensor w = leaf(Tensor::randn({3, 2, 3, 3, 3}, g));

@@ -139,6 +139,25 @@ TEST_CASE("ops: matmul and linear float16 and autocast row-major [9, 33] x [33, 
   }
 }
 
+TEST_CASE("ops: matmul and linear float32 row-major multi-threaded (>= 1M multiply-adds) vs float64") {
+  // Large enough to be split over the threads: by rows of the product (M >= N) or by columns.
+  for (const Shape& mkn : {Shape{200, 100, 80}, Shape{30, 200, 300}}) {
+    SUBCASE(("M K N = " + shape_str(mkn)).c_str()) {
+      Generator g(34);
+      Tensor a = leaf(Tensor::randn({mkn[0], mkn[1]}, g)), b = leaf(Tensor::randn({mkn[1], mkn[2]}, g));
+      Tensor a64 = leaf(a.detach().cast_copy(kFloat64)), b64 = leaf(b.detach().cast_copy(kFloat64));
+      Tensor y = ops::matmul(a, b), y64 = ops::matmul(a64, b64);
+      const Tensor gy = Tensor::randn(y.shape(), g);
+      y.backward(gy);
+      y64.backward(gy.cast_copy(kFloat64));
+      const Tolerance tol{1e-4, 1e-4};  // float32 sums of 100-300 products
+      check_close(y, y64, tol, "y");
+      check_close(a.grad(), a64.grad(), tol, "da");
+      check_close(b.grad(), b64.grad(), tol, "db");
+    }
+  }
+}
+
 TEST_CASE("ops: matmul and linear errors name the op and the shapes") {
   SUBCASE("operands not 2-D") {
     check_error([] { ops::matmul(Tensor::zeros({2, 3, 4}), Tensor::zeros({4, 2})); }, {"matmul", "2-D", "[2, 3, 4]"});
