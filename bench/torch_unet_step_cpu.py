@@ -2,11 +2,11 @@
 # backward, AdamW) of the same U-Net at the same width, batch and patch, on the same number of
 # threads. Prints one JSON line. Run by bench/run_cpu_bench.sh with Debian's /usr/bin/python3.
 import argparse, json, os, sys, time, torch
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../shared/reference'))
+sys.path.insert(0, os.environ.get('HALFGRAD_REFERENCE', os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../shared/reference')))
 try:
     from torch_unet_step import UNet3D, loss_fn
 except ImportError:  # outside this project's machines: the same definitions, inline
-    sys.exit('bench: ../shared/reference/torch_unet_step.py not found')
+    sys.exit('bench: ../shared/reference/torch_unet_step.py not found (or set HALFGRAD_REFERENCE)')
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--width', type=int, default=8); ap.add_argument('--batch', type=int, default=4)
