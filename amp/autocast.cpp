@@ -2,12 +2,26 @@
 
 #include <array>
 
+#include "amp/cast_stats.h"
+#include <sstream>
+#include <unordered_map>
+
+#include "core/error.h"
+
 namespace halfgrad::amp {
 
 namespace {
+struct CacheEntry {
+  Tensor source;  // keeps the key's TensorImpl alive, so its address names it until the entry goes
+  Tensor cast;    // its FP16 copy, made by the differentiable cast (carries the tape node)
+};
+
 struct ThreadState {
   bool enabled = false;
+  bool cache_enabled = true;
+  int enabled_depth = 0;  // enabled AutocastGuards open on this thread; the cache empties at 0
   std::array<bool, static_cast<size_t>(OpKind::kCount)> force_fp32{};
+  std::unordered_map<const TensorImpl*, CacheEntry> cast_cache;
 };
 thread_local ThreadState t_state;
 }  // namespace
@@ -43,6 +57,15 @@ const char* op_kind_name(OpKind kind) {
   return names[static_cast<size_t>(kind)];
 }
 
+OpKind op_kind_from_name(const std::string& name) {
+  for (size_t k = 0; k < static_cast<size_t>(OpKind::kCount); ++k)
+    if (name == op_kind_name(static_cast<OpKind>(k))) return static_cast<OpKind>(k);
+  std::ostringstream known;
+  for (size_t k = 0; k < static_cast<size_t>(OpKind::kCount); ++k) known << (k ? ", " : "") << op_kind_name(static_cast<OpKind>(k));
+  HG_FAIL("unknown op kind '" << name << "'; the op kinds of the autocast table are: " << known.str());
+  return OpKind::Other;  // unreachable
+}
+
 const char* cast_policy_name(CastPolicy p) {
   switch (p) {
     case CastPolicy::Lower: return "fp16";
@@ -64,6 +87,7 @@ Dtype autocast_lower_dtype() {
 }
 
 Dtype autocast_dtype(OpKind kind, std::initializer_list<Dtype> input_dtypes) {
+  note_autocast_request(kind);  // amp/cast_stats.h: which op kind asked, for the precision report
   Dtype widest = kFloat16;
   bool any = false;
   for (Dtype d : input_dtypes) {
@@ -84,13 +108,38 @@ Dtype autocast_dtype(OpKind kind, std::initializer_list<Dtype> input_dtypes) {
   return widest;
 }
 
-AutocastGuard::AutocastGuard(bool enabled) : prev_enabled_(t_state.enabled) { t_state.enabled = enabled; }
-AutocastGuard::~AutocastGuard() { t_state.enabled = prev_enabled_; }
+AutocastGuard::AutocastGuard(bool enabled, bool cache_enabled)
+    : prev_enabled_(t_state.enabled), prev_cache_enabled_(t_state.cache_enabled), counted_(enabled) {
+  t_state.enabled = enabled;
+  t_state.cache_enabled = cache_enabled;
+  if (counted_) ++t_state.enabled_depth;
+}
+
+AutocastGuard::~AutocastGuard() {
+  t_state.enabled = prev_enabled_;
+  t_state.cache_enabled = prev_cache_enabled_;
+  if (counted_ && --t_state.enabled_depth == 0) t_state.cast_cache.clear();
+}
 
 bool set_op_fp32(OpKind kind, bool fp32) {
   bool prev = t_state.force_fp32[static_cast<size_t>(kind)];
   t_state.force_fp32[static_cast<size_t>(kind)] = fp32;
   return prev;
 }
+
+bool cast_cache_enabled() { return t_state.enabled && t_state.cache_enabled; }
+
+Tensor cast_cache_lookup(const Tensor& source) {
+  auto it = t_state.cast_cache.find(source.impl());
+  return it == t_state.cast_cache.end() ? Tensor() : it->second.cast;
+}
+
+void cast_cache_insert(const Tensor& source, const Tensor& cast) {
+  HG_CHECK(t_state.enabled_depth > 0, "amp::cast_cache_insert: called outside an enabled AutocastGuard; "
+                                      "the entry would never be cleared");
+  t_state.cast_cache[source.impl()] = CacheEntry{source, cast};
+}
+
+size_t cast_cache_size() { return t_state.cast_cache.size(); }
 
 }  // namespace halfgrad::amp

@@ -11,11 +11,38 @@
 // "fp32", "promote") for the ops halfgrad has.
 //
 // The state is per thread, as in PyTorch: a guard on one thread does not change another's ops.
-// Outside any guard (or with enabled=false) ops run in their inputs' types.
+// Outside any guard (or with enabled=false) ops run in their inputs' types. Guards nest: an inner
+// AutocastGuard(false) inside an enabled region runs its ops in their inputs' types and the outer
+// state comes back when it closes (an FP32 region; nn::Module::set_autocast_fp32 uses one).
+//
+// The weight-cast cache (PyTorch's autocast cache, aten/src/ATen/autocast_mode.cpp `cached_casts`):
+// a model's FP32 weights are cast to FP16 by every op that reads them, and a weight read twice in one
+// forward (a shared layer, or a weight used by a forward and a second forward for a consistency loss)
+// would be converted, and stored, twice. Within the outermost *enabled* AutocastGuard each FP32 leaf
+// tensor that requires grad is cast to FP16 once; later casts of it reuse that FP16 tensor, and its
+// backward sums the gradients of every use into the one FP32 weight. The cache is emptied when the
+// outermost enabled guard closes (so the next iteration, after optimizer.step(), casts the updated
+// weights afresh). As in PyTorch the cache assumes the weights do not change inside the region: call
+// optimizer.step() outside it. Differences from PyTorch: the cache is emptied when the last *enabled*
+// guard closes (PyTorch counts disabled ones too, so an outer `autocast(enabled=False)` around a loop
+// would keep stale casts there), and no cast made under NoGradGuard is cached. (PyTorch's cache has
+// kept such tape-less casts, so a no-grad forward followed by a grad forward in one region left the
+// weights without gradients: pytorch/pytorch issues 65766, 112583 and 158232.)
+//
+// Why the cache only stores tensors: this file sits below autograd in the layering (the CMake target
+// halfgrad_autocast links only core), because every op and the tape itself ask it for dtypes. It can
+// therefore not make the differentiable cast itself, nor look at a tensor's grad_fn or at grad mode.
+// The cast belongs to ops (ops::autocast_cast in ops/common.h, defined in ops/cast.cpp): that op
+// decides whether a cast may be cached (grad mode on, FP32 leaf with requires_grad, target FP16, an
+// enabled region, the cache enabled), asks cast_cache_lookup, and on a miss casts with Tensor::to and
+// hands the result to cast_cache_insert. This file only keeps the per-thread table and empties it.
 #pragma once
+#include <cstddef>
 #include <initializer_list>
+#include <string>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace halfgrad::amp {
 
@@ -38,7 +65,11 @@ enum class CastPolicy : uint8_t { Lower, Fp32, Promote, None };
 CastPolicy default_policy(OpKind kind);
 /// The list an op kind is on now, after set_op_fp32 overrides on this thread.
 CastPolicy policy(OpKind kind);
+/// The op kind's name on the command line and in logs ("conv3d", "batch_norm", ...).
 const char* op_kind_name(OpKind kind);
+/// The inverse of op_kind_name. Throws halfgrad::Error for an unknown name, listing every known one.
+OpKind op_kind_from_name(const std::string& name);
+/// "fp16", "fp32", "promote" or "input".
 const char* cast_policy_name(CastPolicy p);
 
 /// Is autocast active on this thread (inside an enabled guard, and not inside an FP32 region)?
@@ -51,20 +82,38 @@ Dtype autocast_lower_dtype();
 Dtype autocast_dtype(OpKind kind, std::initializer_list<Dtype> input_dtypes);
 
 /// RAII: enable (or disable) autocast for this thread within its scope; restores the outer state on
-/// exit, so regions nest. As torch.autocast(device_type, dtype=torch.float16, enabled=...).
+/// exit, so regions nest. As torch.autocast(device_type, dtype=torch.float16, enabled=...,
+/// cache_enabled=...). `cache_enabled` turns the weight-cast cache on or off inside this guard's scope
+/// (restored on exit). When the outermost enabled guard of this thread closes, the cache is emptied.
 class AutocastGuard {
  public:
-  explicit AutocastGuard(bool enabled = true);
+  explicit AutocastGuard(bool enabled = true, bool cache_enabled = true);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
   bool prev_enabled_;
+  bool prev_cache_enabled_;
+  bool counted_;  // this guard is an enabled region (counted in the thread's enabled depth)
 };
 
 /// Move one op kind to the FP32 list on this thread (an FP32 allow-list entry), or back to its
 /// default list. Returns the previous override state.
 bool set_op_fp32(OpKind kind, bool fp32);
+
+// ---- the weight-cast cache (see the file comment; ops::autocast_cast is its only client) ----------
+
+/// Whether a cast made now may be cached: autocast is enabled on this thread and the innermost guard
+/// did not turn the cache off. (Grad mode and the tensor's kind are checked by the op, above us.)
+bool cast_cache_enabled();
+/// The FP16 copy cached for `source` in this thread's current region, or an undefined Tensor.
+Tensor cast_cache_lookup(const Tensor& source);
+/// Remember `cast` as the FP16 copy of `source` (replacing an older entry). The entry holds both
+/// handles, so `source`'s address cannot be reused by another tensor while it is cached. Throws
+/// halfgrad::Error when called outside an enabled region (nothing would ever empty the entry).
+void cast_cache_insert(const Tensor& source, const Tensor& cast);
+/// Number of cached casts on this thread (for tests and logs).
+size_t cast_cache_size();
 
 }  // namespace halfgrad::amp

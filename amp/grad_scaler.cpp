@@ -1,6 +1,8 @@
 #include "amp/grad_scaler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 
 #include "autograd/node.h"
 #include "core/error.h"
@@ -14,12 +16,19 @@ GradScaler::GradScaler(const GradScalerOptions& o)
       init_scale_(o.init_scale()),
       growth_factor_(o.growth_factor()),
       backoff_factor_(o.backoff_factor()),
-      growth_interval_(o.growth_interval()) {
+      growth_interval_(o.growth_interval()),
+      max_scale_(o.max_scale()),
+      skip_warning_after_(o.skip_warning_after()) {
   if (!enabled_) return;
   HG_CHECK(growth_factor_ > 1.0, "GradScaler: the growth factor must be > 1.0, got " << growth_factor_);
   HG_CHECK(backoff_factor_ < 1.0, "GradScaler: the backoff factor must be < 1.0, got " << backoff_factor_);
   HG_CHECK(init_scale_ > 0.0, "GradScaler: init_scale must be > 0, got " << init_scale_);
   HG_CHECK(growth_interval_ >= 1, "GradScaler: growth_interval must be >= 1, got " << growth_interval_);
+  HG_CHECK(max_scale_ > 0.0 && init_scale_ <= max_scale_,
+           "GradScaler: max_scale must be > 0 and >= init_scale, got max_scale " << max_scale_ << " and init_scale "
+                                                                                << init_scale_);
+  HG_CHECK(skip_warning_after_ >= 0,
+           "GradScaler: skip_warning_after must be >= 0 (0 turns the warning off), got " << skip_warning_after_);
 }
 
 void GradScaler::check_initialized(const char* what) const {
@@ -132,6 +141,7 @@ void GradScaler::update() {
   // double factor, rounded back to float.
   float& s = *scale_;
   int32_t& tracker = *growth_tracker_;
+  const bool was_below_one = s < 1.0f;
   if (found_inf) {
     s = static_cast<float>(static_cast<double>(s) * backoff_factor_);
     tracker = 0;
@@ -140,13 +150,30 @@ void GradScaler::update() {
     const int32_t successful = tracker + 1;
     if (successful == growth_interval_) {
       const float grown = static_cast<float>(static_cast<double>(s) * growth_factor_);
-      if (std::isfinite(grown)) s = grown;  // do not grow the scale past FP32's range to inf
+      // Do not grow the scale past FP32's range to inf (PyTorch), nor past max_scale (halfgrad).
+      if (std::isfinite(grown)) s = std::min(grown, static_cast<float>(max_scale_));
       tracker = 0;
     } else {
       tracker = successful;
     }
   }
   per_optimizer_.clear();
+
+  // Diagnostics (halfgrad's extension): a run of skipped iterations, and a scale below 1.
+  consecutive_skipped_ = found_inf ? consecutive_skipped_ + 1 : 0;
+  if (skip_warning_after_ > 0 && consecutive_skipped_ == skip_warning_after_) {
+    std::cerr << "halfgrad GradScaler warning: the last " << consecutive_skipped_
+              << " optimizer steps were all skipped (inf/NaN gradients); loss scale now " << s
+              << ". If the loss itself is inf/NaN no scale helps: check the inputs, the learning rate and "
+                 "which ops run in FP16."
+              << std::endl;
+    ++warnings_emitted_;
+  }
+  if (s < 1.0f && !was_below_one) {
+    std::cerr << "halfgrad GradScaler warning: the loss scale fell below 1 (now " << s
+              << "): the gradients overflow FP16 even unscaled, or are NaN." << std::endl;
+    ++warnings_emitted_;
+  }
 }
 
 void GradScaler::update(double new_scale) {
@@ -168,11 +195,15 @@ int64_t GradScaler::get_growth_tracker() const {
 
 nlohmann::json GradScaler::state_dict() const {
   if (!enabled_) return nlohmann::json::object();
-  return {{"scale", get_scale()},
-          {"growth_factor", growth_factor_},
-          {"backoff_factor", backoff_factor_},
-          {"growth_interval", growth_interval_},
-          {"_growth_tracker", get_growth_tracker()}};
+  nlohmann::json sd = {{"scale", get_scale()},
+                        {"growth_factor", growth_factor_},
+                        {"backoff_factor", backoff_factor_},
+                        {"growth_interval", growth_interval_},
+                        {"_growth_tracker", get_growth_tracker()},
+                        {"skip_warning_after", skip_warning_after_},
+                        {"_consecutive_skipped", consecutive_skipped_}};
+  if (std::isfinite(max_scale_)) sd["max_scale"] = max_scale_;  // JSON has no inf: absent means no cap
+  return sd;
 }
 
 void GradScaler::load_state_dict(const nlohmann::json& sd) {
@@ -186,6 +217,10 @@ void GradScaler::load_state_dict(const nlohmann::json& sd) {
   growth_interval_ = sd.at("growth_interval").get<int64_t>();
   init_growth_tracker_ = sd.at("_growth_tracker").get<int32_t>();
   if (growth_tracker_) growth_tracker_ = init_growth_tracker_;
+  // halfgrad's keys, absent from PyTorch's dicts: keep the constructed values then.
+  if (sd.contains("max_scale")) max_scale_ = sd.at("max_scale").get<double>();
+  if (sd.contains("skip_warning_after")) skip_warning_after_ = sd.at("skip_warning_after").get<int64_t>();
+  if (sd.contains("_consecutive_skipped")) consecutive_skipped_ = sd.at("_consecutive_skipped").get<int64_t>();
 }
 
 }  // namespace halfgrad::amp

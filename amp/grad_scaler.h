@@ -38,8 +38,23 @@
 //
 // Disabled (enabled(false)): scale returns the loss unchanged, unscale_ and update do nothing, step
 // calls optimizer.step() and returns true, get_scale() is 1 and state_dict() is {}.
+//
+// halfgrad's extensions to PyTorch's algorithm (each off or harmless by default):
+//   max_scale          growth stops at this value: S' = min(S * growth_factor, max_scale). Starting
+//                      low and capping (init 8192, cap 32768: the "seed recipe") keeps S away from the
+//                      overflow level for models whose gradients are large; PyTorch has no cap.
+//   diagnostics        update() counts consecutive skipped iterations. When the count reaches
+//                      skip_warning_after (default 10) it writes one warning line to std::cerr and
+//                      skip_streak() turns true (until a step succeeds): a loss that is NaN or inf
+//                      whatever the scale (bad input, a diverged model) only ever halves S, silently in
+//                      PyTorch. When S first falls below 1 (gradients overflow even unscaled) it warns
+//                      once and scale_below_one() is true while it lasts.
+// state_dict() adds "max_scale" (when set), "skip_warning_after" and "_consecutive_skipped" to
+// PyTorch's keys; PyTorch's load_state_dict ignores keys it does not know, and ours accepts a dict
+// without them (PyTorch's own), leaving those fields as constructed.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <unordered_map>
 
@@ -62,12 +77,21 @@ class GradScalerOptions {
   GradScalerOptions& enabled(bool v) { enabled_ = v; return *this; }
   /// halfgrad's extension: unscale FP16 gradients into new FP32 gradient tensors instead of throwing.
   GradScalerOptions& fp16_grads_to_fp32(bool v) { fp16_grads_to_fp32_ = v; return *this; }
+  /// halfgrad's extension: growth never takes the scale above `v` (default +inf: no cap, as PyTorch).
+  /// The constructor throws unless v > 0 and init_scale <= v.
+  GradScalerOptions& max_scale(double v) { max_scale_ = v; return *this; }
+  /// halfgrad's extension: warn (one line on std::cerr) after this many consecutive skipped
+  /// iterations; 0 turns the warning off (the counter is kept either way). Default 10. Throws from
+  /// the constructor when negative.
+  GradScalerOptions& skip_warning_after(int64_t v) { skip_warning_after_ = v; return *this; }
   double init_scale() const { return init_scale_; }
   double growth_factor() const { return growth_factor_; }
   double backoff_factor() const { return backoff_factor_; }
   int64_t growth_interval() const { return growth_interval_; }
   bool enabled() const { return enabled_; }
   bool fp16_grads_to_fp32() const { return fp16_grads_to_fp32_; }
+  double max_scale() const { return max_scale_; }
+  int64_t skip_warning_after() const { return skip_warning_after_; }
 
  private:
   double init_scale_ = 65536.0;  // 2^16
@@ -76,12 +100,15 @@ class GradScalerOptions {
   int64_t growth_interval_ = 2000;
   bool enabled_ = true;
   bool fp16_grads_to_fp32_ = false;
+  double max_scale_ = std::numeric_limits<double>::infinity();
+  int64_t skip_warning_after_ = 10;
 };
 
 class GradScaler {
  public:
   /// Throws (when enabled) unless growth_factor > 1 and backoff_factor < 1, as PyTorch asserts, and
-  /// unless init_scale > 0 and growth_interval >= 1 (halfgrad's checks).
+  /// unless init_scale > 0, growth_interval >= 1, 0 < init_scale <= max_scale and
+  /// skip_warning_after >= 0 (halfgrad's checks).
   explicit GradScaler(const GradScalerOptions& options = GradScalerOptions());
 
   /// loss * S, recorded on the tape so that backward starts from S (and every gradient carries the
@@ -97,7 +124,8 @@ class GradScaler {
   /// (PyTorch: "No inf checks were recorded for this optimizer").
   bool step(optim::Optimizer& optimizer);
   /// Back off or grow S from the found_inf of every optimizer stepped since the last update, and
-  /// reset every optimizer's stage.
+  /// reset every optimizer's stage. Growth is capped at max_scale and never produces inf. Counts
+  /// consecutive skipped iterations and writes the diagnostics of the file comment to std::cerr.
   void update();
   /// PyTorch's update(new_scale): set S directly (rounded to FP32); the tracker is left as it is.
   void update(double new_scale);
@@ -119,10 +147,25 @@ class GradScaler {
   /// which has neither).
   bool found_inf() const { return last_found_inf_; }
   int64_t skipped_steps() const { return skipped_steps_; }
+  /// The cap on S (+inf when none).
+  double get_max_scale() const { return max_scale_; }
+  /// Iterations skipped in a row up to the last update() (0 after a successful one); in state_dict.
+  int64_t consecutive_skipped_steps() const { return consecutive_skipped_; }
+  /// True while the current run of skipped iterations is at least skip_warning_after long (never
+  /// when the warning is off): the loss or its gradients are non-finite whatever the scale.
+  bool skip_streak() const { return skip_warning_after_ > 0 && consecutive_skipped_ >= skip_warning_after_; }
+  /// True while S < 1: gradients overflow (or are NaN) even without scaling.
+  bool scale_below_one() const { return enabled_ && get_scale() < 1.0; }
+  /// Number of diagnostic lines written to std::cerr since construction.
+  int64_t warnings_emitted() const { return warnings_emitted_; }
 
-  /// {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}; {} when disabled.
+  /// {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"} as PyTorch,
+  /// plus "skip_warning_after", "_consecutive_skipped" and (when a cap is set) "max_scale"; {} when
+  /// disabled.
   nlohmann::json state_dict() const;
-  /// Restore what state_dict() wrote; throws on an empty dict (saved from a disabled scaler), as PyTorch.
+  /// Restore what state_dict() wrote (or PyTorch's state_dict: the extra keys are optional); throws
+  /// on an empty dict (saved from a disabled scaler), as PyTorch, and on a missing PyTorch key. A
+  /// loaded scale above max_scale is kept; the next growth step brings it down to max_scale.
   void load_state_dict(const nlohmann::json& state_dict);
 
  private:
@@ -147,6 +190,10 @@ class GradScaler {
   std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_;
   bool last_found_inf_ = false;
   int64_t skipped_steps_ = 0;
+  double max_scale_;
+  int64_t skip_warning_after_;
+  int64_t consecutive_skipped_ = 0;
+  int64_t warnings_emitted_ = 0;
 };
 
 }  // namespace halfgrad::amp

@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/anomaly.h"
 #include "autograd/node.h"
 #include "core/error.h"
 
@@ -20,7 +21,35 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
+// Forward hooks, per thread. The count is a plain thread_local int so that record() pays one branch
+// when no hook is registered; the map is touched only when there is one.
+static thread_local int t_forward_hook_count = 0;
+static thread_local bool t_in_forward_hook = false;
+static std::map<int, ForwardHook>& forward_hooks() {
+  static thread_local std::map<int, ForwardHook> h;
+  return h;
+}
+int add_forward_hook(ForwardHook hook) {
+  static thread_local int next = 0;
+  forward_hooks()[next] = std::move(hook);
+  t_forward_hook_count = static_cast<int>(forward_hooks().size());
+  return next++;
+}
+void remove_forward_hook(int id) {
+  forward_hooks().erase(id);
+  t_forward_hook_count = static_cast<int>(forward_hooks().size());
+}
+static void run_forward_hooks(const char* name, const Tensor& output, const std::vector<Tensor>& inputs) {
+  if (t_in_forward_hook) return;  // an op run by a hook is not observed
+  struct Reset {
+    ~Reset() { t_in_forward_hook = false; }
+  } reset;
+  t_in_forward_hook = true;
+  for (auto& [id, hook] : forward_hooks()) hook(name, output, inputs);
+}
+
 Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn fn) {
+  if (t_forward_hook_count) run_forward_hooks(name, output, inputs);
   if (!needs_grad(inputs)) return output;
   auto node = std::make_shared<Node>();
   node->name = name;
@@ -117,6 +146,7 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
   // Gradient w.r.t. each node's output, summed over its uses.
   std::unordered_map<Node*, std::shared_ptr<TensorImpl>> grads;
   grads[root_node] = seed.impl_ptr();
+  const bool anomaly = anomaly_mode_enabled();  // autograd/anomaly.h: check every gradient for NaN/Inf
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     auto found = grads.find(node);
@@ -127,10 +157,12 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
                                << "'); its saved tensors were freed. Pass retain_graph=true to the first backward "
                                   "if you need to backward twice");
     for (auto& [id, hook] : hooks()) hook(*node, g);
+    if (anomaly) check_backward_anomaly_incoming(*node, g);
     std::vector<Tensor> in_grads = node->backward(g);
     HG_CHECK(in_grads.size() == node->inputs.size(),
              "backward: op '" << node->name << "' returned " << in_grads.size() << " gradients for "
                               << node->inputs.size() << " inputs");
+    if (anomaly) check_backward_anomaly_outputs(*node, g, in_grads);
     for (size_t i = 0; i < in_grads.size(); ++i) {
       const Tensor& in = node->inputs[i];
       const Tensor& gi = in_grads[i];

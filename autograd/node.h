@@ -52,11 +52,27 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 /// Returns `output` for chaining. The closure runs at most once unless backward(retain_graph=true).
 Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn fn);
 
-/// Backward hooks run on every (node, grad_output) pair before the node's closure; anomaly mode and
-/// the precision instruments attach here. Returns an id for remove_backward_hook.
+/// Backward hooks run on every (node, grad_output) pair before the node's closure (process-wide, on
+/// whichever thread runs backward). Returns an id for remove_backward_hook. Anomaly mode does not use
+/// them: it is per thread and must also see the gradients a closure returns, so the engine calls
+/// autograd/anomaly.h's checks itself.
 using BackwardHook = std::function<void(const Node& node, const Tensor& grad_output)>;
 int add_backward_hook(BackwardHook hook);
 void remove_backward_hook(int id);
+
+/// Forward hooks run at the start of record(), before it decides whether to attach a node, so they
+/// see every op on this thread, including ops under NoGradGuard and ops on inputs without
+/// requires_grad (every differentiable halfgrad op ends by calling record(); argmax, which has no
+/// gradient, does not, and is not seen). `op` is the name given to record()
+/// ("conv3d"), `output` the op's result, `inputs` its tensor inputs (some may be undefined). A hook
+/// may throw (anomaly mode does), and the op then throws. Hooks are per thread, like grad mode and
+/// autocast; ops run inside a hook are not seen by hooks (no recursion). With no hook registered
+/// record() pays one branch. Returns an id for remove_forward_hook (removing an unknown id does
+/// nothing). Anomaly mode (autograd/anomaly.h) and the precision report (amp/precision_report.h)
+/// attach here.
+using ForwardHook = std::function<void(const char* op, const Tensor& output, const std::vector<Tensor>& inputs)>;
+int add_forward_hook(ForwardHook hook);
+void remove_forward_hook(int id);
 
 }  // namespace halfgrad::autograd
 

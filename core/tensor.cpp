@@ -21,7 +21,10 @@ std::string shape_str(const Shape& s) {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t e : s) n *= e;
+  for (int64_t e : s) {
+    HG_CHECK(e >= 0, "shape " << shape_str(s) << " has a negative extent");
+    HG_CHECK(!__builtin_mul_overflow(n, e, &n), "shape " << shape_str(s) << " has more than 2^63 elements");
+  }
   return n;
 }
 
@@ -60,7 +63,10 @@ Tensor Tensor::empty(const Shape& shape, Dtype dtype) {
   impl->shape = shape;
   impl->dtype = dtype;
   impl->numel = shape_numel(shape);
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(impl->numel) * dtype_size(dtype));
+  size_t nbytes = 0;
+  HG_CHECK(!__builtin_mul_overflow(static_cast<size_t>(impl->numel), dtype_size(dtype), &nbytes),
+           "Tensor::empty: shape " << shape_str(shape) << " of " << dtype_name(dtype) << " needs more than 2^64 bytes");
+  impl->storage = std::make_shared<Storage>(nbytes);
   return Tensor(impl);
 }
 

@@ -72,6 +72,11 @@ MsdDataset load_msd(const std::string& root) {
   // The reference sorts by the image entry string (all entries share "./imagesTr/", so this is the
   // file-name order).
   std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < keyed.size(); ++i)
+    HG_CHECK(keyed[i].second.image != keyed[i - 1].second.image,
+             "load_msd: " << json_path << ": image " << keyed[i].first
+                          << " is listed twice in \"training\"; expected each pair once (a duplicate could land in "
+                             "both the training and the validation split)");
   for (auto& [entry, pair] : keyed) {
     for (const std::string* p : {&pair.image, &pair.label})
       HG_CHECK(fs::is_regular_file(*p, ec), "load_msd: " << *p << " (listed in " << json_path

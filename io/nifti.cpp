@@ -33,6 +33,7 @@ constexpr int kNifti1HeaderBytes = 348;
 constexpr int kNifti2HeaderBytes = 540;
 constexpr int kOffsetDim = 40;       // short dim[8]
 constexpr int kOffsetDatatype = 70;  // short datatype
+constexpr int kOffsetVoxOffset = 108;  // float vox_offset
 constexpr int kOffsetMagic = 344;    // char magic[4]: "n+1\0" single file, "ni1\0" header/image pair
 
 struct NiftiDeleter {
@@ -118,6 +119,19 @@ void peek_header(const std::string& path) {
   for (int d = 4; d <= dim[0]; ++d)
     HG_CHECK(dim[d] == 1, where << "is " << dim[0] << "-D with extents " << dims_str(dim)
                                 << "; expected a 3-D volume (extents after the third must be 1)");
+  if (std::memcmp(magic, "n+1", 4) == 0) {
+    float vox_offset;
+    std::memcpy(&vox_offset, hdr + kOffsetVoxOffset, 4);
+    if (swapped) {
+      uint32_t u;
+      std::memcpy(&u, &vox_offset, 4);
+      u = swap32(u);
+      std::memcpy(&vox_offset, &u, 4);
+    }
+    // NIfTI-1: in a single .nii file the voxels start at vox_offset >= 352 (header + 4 extension bytes).
+    HG_CHECK(std::isfinite(vox_offset) && vox_offset >= 352.0f,
+             where << "vox_offset is " << vox_offset << "; expected at least 352 in a single-file (n+1) NIfTI-1 image");
+  }
   HG_CHECK(is_supported_datatype(datatype),
            where << "unsupported datatype " << datatype << " (" << nifti_datatype_string(datatype)
                  << "); expected a real scalar type: uint8, int8, int16, uint16, int32, uint32, int64, uint64, float32 or float64");

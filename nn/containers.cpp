@@ -10,7 +10,7 @@ Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) :
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& m : modules_) y = m->forward(y);
+  for (const auto& m : modules_) y = (*m)(y);  // through operator(): per-module marks apply
   return y;
 }
 

@@ -25,7 +25,8 @@ class Sequential : public Module {
     modules_.push_back(module);
     return module;
   }
-  /// Chains the elements' forward; the output of one is the input of the next.
+  /// Chains the elements, calling each through Module::operator() (so an FP32-marked element runs in
+  /// FP32 under autocast); the output of one is the input of the next.
   Tensor forward(const Tensor& x) override;
   size_t size() const { return modules_.size(); }
   /// Element i (throws halfgrad::Error when out of range).

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "amp/autocast.h"
 #include "autograd/node.h"
 #include "core/error.h"
 
@@ -12,6 +13,14 @@ Module::Module(std::string name) : name_(std::move(name)) {}
 Tensor Module::forward(const Tensor&) {
   HG_FAIL(name_ << ": this module has no forward(Tensor); call its children instead");
   return Tensor();  // unreachable
+}
+
+Tensor Module::operator()(const Tensor& x) {
+  if (!autocast_fp32_ || !amp::autocast_enabled()) return forward(x);
+  // An FP32 region: every op below runs in its inputs' types, and the input is FP32, so the module's
+  // FP32 weights are used as they are. The outer autocast state comes back when the guard closes.
+  amp::AutocastGuard fp32_region(false);
+  return forward(x.defined() && x.dtype() == kFloat16 ? x.to(kFloat32) : x);
 }
 
 // ---- registration -----------------------------------------------------------------------------------

@@ -15,6 +15,13 @@
 // Differences from libtorch: there is no ModuleHolder; layers are used as std::shared_ptr<Conv3d>
 // (make them with std::make_shared). `forward` takes and returns one Tensor; a module without such a
 // forward (ModuleList) throws when it is called.
+//
+// How a forward call is routed: `(*module)(x)` (operator()) is the call, as PyTorch's __call__;
+// `forward(x)` is the computation a layer overrides. operator() is where per-module behaviour that
+// is not the layer's own math lives - today the FP32 allow-list: a module marked with
+// set_autocast_fp32(true) runs, with everything under it, in FP32 under autocast. Containers and
+// models therefore call their children through operator() (Sequential, UNet3d do); calling a child's
+// forward() directly bypasses its mark.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -47,7 +54,23 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// The module's computation. The base version throws halfgrad::Error ("<name> has no forward").
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// Call the module: forward(x), except that a module marked autocast_fp32 inside an enabled autocast
+  /// region runs forward in an FP32 region (AutocastGuard(false)) on x cast to FP32 if it is FP16 (a
+  /// differentiable cast, so x's gradient comes back in FP16). Its output is then FP32. Outside
+  /// autocast a mark changes nothing. Same errors as forward.
+  Tensor operator()(const Tensor& x);
+
+  /// FP32 allow-list: mark this module (and, since its whole forward runs with autocast off,
+  /// everything it calls) to run in FP32 under autocast. PyTorch has no module flag; this is what its
+  /// docs recommend writing by hand (`with autocast(enabled=False): y = block(x.float())`), and what
+  /// apex O1's FP32 function lists do per function. For a single op kind use amp::set_op_fp32.
+  /// Returns *this for chaining.
+  Module& set_autocast_fp32(bool fp32 = true) {
+    autocast_fp32_ = fp32;
+    return *this;
+  }
+  /// Whether set_autocast_fp32(true) marked this module (not its ancestors).
+  bool autocast_fp32() const { return autocast_fp32_; }
 
   // ---- registration -------------------------------------------------------------------------------
   /// Adds a parameter and returns its handle. `tensor` must be defined, floating and a leaf; it is
@@ -116,6 +139,7 @@ class Module : public std::enable_shared_from_this<Module> {
 
   std::string name_;
   bool training_ = true;
+  bool autocast_fp32_ = false;
   NamedTensors parameters_;
   NamedTensors buffers_;
   NamedModules children_;

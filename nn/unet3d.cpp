@@ -74,17 +74,19 @@ Tensor UNet3d::forward(const Tensor& x) {
                               << " is not divisible by " << div << " = 2^" << levels() << " (one halving per level); "
                               << "crop or pad D, H and W to multiples of " << div);
 
+  // Children are called through Module::operator(), so a submodule marked set_autocast_fp32 (a norm,
+  // a decoder block) runs in FP32 under autocast.
   std::vector<Tensor> skips;
   Tensor h = x;
   for (auto& e : enc) {
-    h = e->forward(h);
+    h = (*e)(h);
     skips.push_back(h);
     h = ops::max_pool3d(h, 2, 2);
   }
-  h = bott->forward(h);
+  h = (*bott)(h);
   for (size_t i = 0; i < up.size(); ++i)
-    h = dec[i]->forward(ops::cat({up[i]->forward(h), skips[skips.size() - 1 - i]}, 1));
-  return head->forward(h);
+    h = (*dec[i])(ops::cat({(*up[i])(h), skips[skips.size() - 1 - i]}, 1));
+  return (*head)(h);
 }
 
 std::string UNet3d::extra_repr() const { return options.describe(); }

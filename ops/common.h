@@ -21,6 +21,14 @@ void check_floating(const char* op, const char* what, const Tensor& t);
 /// Throws unless t.dim() == d ("<op>: <what> must be 5-D (N, C, D, H, W), got [..]").
 void check_dim(const char* op, const char* what, const Tensor& t, int64_t d, const char* layout);
 
+/// The cast an op makes of an operand for autocast: x.to(dt), except that an FP32 leaf weight with
+/// requires_grad cast to FP16 inside an enabled AutocastGuard, with grad mode on, is cast once per
+/// region and reused (the weight-cast cache of amp/autocast.h, as PyTorch's autocast `cached_cast`).
+/// Differentiable either way: the gradient of every use flows back through the one cast to `x` in FP32.
+/// A cached cast whose tape node was already consumed by a backward inside the region is made again.
+/// Same errors as Tensor::to.
+Tensor autocast_cast(const Tensor& x, Dtype dt);
+
 /// The tensor an op computes with: Float16 -> a Float32 copy; Float32 / Float64 -> itself (no copy).
 Tensor to_compute(const Tensor& t);
 /// The dtype an op computes in for a storage dtype: Float16 -> Float32, others unchanged.

@@ -1,9 +1,11 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/node.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "optim/tensor_json.h"
 
 namespace halfgrad::optim {
@@ -24,7 +26,8 @@ nlohmann::json AdamWOptions::to_json() const {
           {"betas", {std::get<0>(betas_), std::get<1>(betas_)}},
           {"eps", eps_},
           {"weight_decay", weight_decay_},
-          {"amsgrad", false}};
+          {"amsgrad", false},
+          {"master_weights", master_weights_}};  // halfgrad's key; PyTorch ignores unknown group keys
 }
 
 void AdamWOptions::from_json(const nlohmann::json& j) {
@@ -33,6 +36,7 @@ void AdamWOptions::from_json(const nlohmann::json& j) {
   betas_ = {j.at("betas").at(0).get<double>(), j.at("betas").at(1).get<double>()};
   eps_ = j.at("eps").get<double>();
   weight_decay_ = j.at("weight_decay").get<double>();
+  master_weights_ = j.value("master_weights", true);  // absent in PyTorch's dicts
 }
 
 nlohmann::json AdamWParamState::to_json() const {
@@ -51,6 +55,13 @@ void AdamWParamState::from_json(const nlohmann::json& j) {
 }
 
 void AdamWParamState::check_matches(const Tensor& param, const std::string& where) const {
+  if (param.dtype() == kFloat16 && !master.defined() && exp_avg.defined() && exp_avg.dtype() == kFloat16) {
+    // The pure-FP16 layout (master_weights(false)): Float16 moments of the parameter's shape.
+    for (const Tensor* t : {&exp_avg, &exp_avg_sq})
+      HG_CHECK(t->defined() && t->dtype() == kFloat16 && t->shape() == param.shape(),
+               where << ": a pure-FP16 AdamW state needs float16 moments of shape " << shape_str(param.shape()));
+    return;
+  }
   OptimizerParamState::check_matches(param, where);
   check_buffer(exp_avg, "exp_avg", param, where);
   check_buffer(exp_avg_sq, "exp_avg_sq", param, where);
@@ -100,6 +111,27 @@ void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamWScalars<T>
   }
 }
 
+// Pure FP16 (master_weights(false)): p, m, v are Float16. They are widened to float a block at a
+// time, updated by adamw_update itself (the same float arithmetic as a master-weight update), and
+// rounded back to half (nearest even) once each. kBlock = 1024 elements: 12 KiB of float scratch,
+// within L1, and far below kParallelMinElements, so adamw_update's own loop stays serial.
+void adamw_update_fp16(uint16_t* p, const float* g, uint16_t* m, uint16_t* v, int64_t n, const AdamWScalars<float>& s) {
+  constexpr int64_t kBlock = 1024;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (int64_t b = 0; b < blocks; ++b) {
+    float pf[kBlock], mf[kBlock], vf[kBlock];
+    const int64_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
+    half_to_float_array(p + i0, pf, static_cast<size_t>(len));
+    half_to_float_array(m + i0, mf, static_cast<size_t>(len));
+    half_to_float_array(v + i0, vf, static_cast<size_t>(len));
+    adamw_update(pf, g + i0, mf, vf, len, s);
+    float_to_half_array(pf, p + i0, static_cast<size_t>(len));
+    float_to_half_array(mf, m + i0, static_cast<size_t>(len));
+    float_to_half_array(vf, v + i0, static_cast<size_t>(len));
+  }
+}
+
 }  // namespace
 
 void AdamW::step() {
@@ -110,6 +142,23 @@ void AdamW::step() {
       const Tensor grad = param.grad();
       if (!grad.defined()) continue;
       auto& state = state_of<AdamWParamState>(param);
+      if (param.dtype() == kFloat16 && !options.master_weights()) {  // pure FP16: no master
+        HG_CHECK(!state.master.defined() && (!state.exp_avg.defined() || state.exp_avg.dtype() == kFloat16),
+                 "AdamW: parameter of shape " << shape_str(param.shape()) << " has FP32 master state, but its "
+                 "group now has master_weights(false); set it before the first step");
+        if (!state.exp_avg.defined()) {
+          state.exp_avg = Tensor::zeros(param.shape(), kFloat16);
+          state.exp_avg_sq = Tensor::zeros(param.shape(), kFloat16);
+        }
+        state.step += 1;
+        const Tensor g = grad_as(grad, kFloat32);
+        adamw_update_fp16(param.data<uint16_t>(), g.data<float>(), state.exp_avg.data<uint16_t>(),
+                          state.exp_avg_sq.data<uint16_t>(), param.numel(), AdamWScalars<float>(options, state.step));
+        continue;
+      }
+      HG_CHECK(!state.exp_avg.defined() || param.dtype() != kFloat16 || state.exp_avg.dtype() == kFloat32,
+               "AdamW: parameter of shape " << shape_str(param.shape()) << " has pure-FP16 state, but its group "
+               "now has master_weights(true); set it before the first step");
       Tensor target = update_target(param, state);  // the FP32 master for a Float16 parameter
       const Dtype d = target.dtype();
       if (!state.exp_avg.defined()) {

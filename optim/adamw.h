@@ -16,6 +16,14 @@
 // vectorised add_ via vec::fmadd), and not always the same ones.
 //
 // A Float16 parameter is updated through an FP32 master weight with FP32 moments (optimizer.h).
+// With AdamWOptions().master_weights(false) (pure FP16, the "O3" of amp/opt_level.h) a Float16
+// parameter is updated in place instead, with Float16 moments: each element's p, m and v are read as
+// half, the update above runs in float, and the three are rounded back to half (as apex's FusedAdam
+// does for half parameters; torch.optim.AdamW on half tensors rounds after every op instead). This
+// is what masters exist to avoid: an update smaller than half the spacing of halves near p is lost
+// (near 1.0 the spacing is 2^-10), and v = (1 - beta2) * g^2 flushes to zero below about 2^-24, so
+// for |g| below about 8e-3 the denominator is eps alone and the step becomes lr * m / eps - far too
+// large with eps 1e-8. Pure FP16 AdamW needs a larger eps (amp/opt_level.h raises it to 1e-4).
 #pragma once
 #include <tuple>
 
@@ -32,7 +40,11 @@ class AdamWOptions : public OptimizerOptions {
   AdamWOptions& betas(const std::tuple<double, double>& v) { betas_ = v; return *this; }
   AdamWOptions& eps(double v) { eps_ = v; return *this; }
   AdamWOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  /// halfgrad's switch: false updates Float16 parameters in place with Float16 moments and no FP32
+  /// master (pure FP16, see above). Default true. No effect on Float32 / Float64 parameters.
+  AdamWOptions& master_weights(bool v) { master_weights_ = v; return *this; }
   double lr() const { return lr_; }
+  bool master_weights() const { return master_weights_; }
   const std::tuple<double, double>& betas() const { return betas_; }
   double eps() const { return eps_; }
   double weight_decay() const { return weight_decay_; }
@@ -50,12 +62,15 @@ class AdamWOptions : public OptimizerOptions {
   std::tuple<double, double> betas_{0.9, 0.999};
   double eps_ = 1e-8;
   double weight_decay_ = 1e-2;
+  bool master_weights_ = true;
 };
 
 struct AdamWParamState : OptimizerParamState {
   int64_t step = 0;    // updates applied to this parameter (t above)
-  Tensor exp_avg;      // m, in the update dtype (FP32 for a Float16 parameter)
+  Tensor exp_avg;      // m, in the update dtype (FP32 for a Float16 parameter; Float16 without masters)
   Tensor exp_avg_sq;   // v
+  /// As the base, but also accepts the pure-FP16 layout of master_weights(false): a Float16 parameter
+  /// without a master and with Float16 moments of its shape.
   nlohmann::json to_json() const override;
   void from_json(const nlohmann::json& j) override;
   void check_matches(const Tensor& param, const std::string& where) const override;

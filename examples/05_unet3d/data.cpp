@@ -1,5 +1,6 @@
 #include "examples/05_unet3d/data.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "core/error.h"
@@ -23,6 +24,9 @@ static Shape divisible_shape(const Shape& s, int64_t levels) {
 
 SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval) {
   io::MsdDataset ds = io::load_msd(dir);
+  const std::string json_path = dir + "/dataset.json";
+  HG_CHECK(ds.num_classes >= 2, "halfgrad-unet3d: " << json_path << " declares " << ds.num_classes
+                                                     << " class(es); expected background and at least one more");
   SegData data;
   data.source = (ds.name.empty() ? std::string("MSD dataset") : ds.name) + " at " + dir;
   data.num_classes = ds.num_classes;
@@ -30,17 +34,37 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
   io::MsdSplit split;
   if (all_for_eval) split.val = ds.pairs;
   else split = io::split_every_fifth(ds.pairs);
-  const Shape shape = to_shape(r.volume_shape);
-  auto load = [&](const std::vector<io::MsdPair>& pairs, std::vector<SegVolume>& out) {
+  HG_CHECK(!split.val.empty() && (all_for_eval || !split.train.empty()),
+           "halfgrad-unet3d: " << json_path << " lists " << ds.pairs.size() << " pair(s); "
+                               << (all_for_eval ? "expected at least one to evaluate"
+                                                : "expected at least 5 (every 5th pair, sorted by name, validates)"));
+  // Volumes are z-scored, then zero-padded at the end to the recipe's shape, as the reference's prep.
+  // A volume larger than that shape grows the shape (rounded up so that every level halves evenly)
+  // instead of being cropped: cropping could cut the foreground away without a word.
+  std::vector<io::MsdCase> train_cases, val_cases;
+  Shape shape = to_shape(r.volume_shape);
+  const int64_t levels = static_cast<int64_t>(r.model.channels().size());
+  auto read_all = [&](const std::vector<io::MsdPair>& pairs, std::vector<io::MsdCase>& out) {
     for (const io::MsdPair& p : pairs) {
-      io::MsdCase c = io::load_msd_case(p, ds.num_classes);
-      // As the reference's prep: z-score the whole volume, then zero-pad / crop at the end.
-      io::Sample s = io::prepare_fixed_shape(io::zscore(c.image.data), c.label.data, shape);
-      out.push_back({p.image, s.image, s.label});
+      out.push_back(io::load_msd_case(p, ds.num_classes));
+      const Shape s = divisible_shape(out.back().image.data.shape(), levels);
+      for (size_t d = 0; d < 3; ++d) shape[d] = std::max(shape[d], s[d]);
     }
   };
-  load(split.train, data.train);
-  load(split.val, data.val);
+  read_all(split.train, train_cases);
+  read_all(split.val, val_cases);
+  if (shape != to_shape(r.volume_shape))
+    std::cout << "data: volumes exceed " << shape_str(to_shape(r.volume_shape)) << "; padding all to "
+              << shape_str(shape) << " instead of cropping" << std::endl;
+  data.volume_shape = {shape[0], shape[1], shape[2]};
+  auto prep = [&](const std::vector<io::MsdPair>& pairs, std::vector<io::MsdCase>& cases, std::vector<SegVolume>& out) {
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      io::Sample s = io::prepare_fixed_shape(io::zscore(cases[i].image.data), cases[i].label.data, shape);
+      out.push_back({pairs[i].image, s.image, s.label});
+    }
+  };
+  prep(split.train, train_cases, data.train);
+  prep(split.val, val_cases, data.val);
   return data;
 }
 
@@ -55,6 +79,7 @@ SegData load_default_data(const Recipe& r) {
   // Validation runs on the whole right hemisphere, padded so that every extent divides by 2^levels.
   const Shape vshape = divisible_shape(split.val.image.shape(), levels);
   io::Sample val = io::prepare_fixed_shape(split.val.image, split.val.label, vshape);
+  data.volume_shape = {vshape[0], vshape[1], vshape[2]};
   data.train.push_back({"ch2 left hemisphere", split.train.image, split.train.label});
   data.val.push_back({"ch2 right hemisphere", val.image, val.label});
   return data;

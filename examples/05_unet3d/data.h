@@ -8,6 +8,7 @@
 //   (no --data)  the embedded default: Debian's mricron-data (ch2 T1 brain, AAL regions grouped into
 //                lobes), with a held-out slab for validation (io/mricron.h).
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct SegData {
   std::vector<SegVolume> train, val;
   int64_t num_classes = 0;
   std::vector<std::string> class_names;  // class_names[0] is background
+  std::array<int64_t, 3> volume_shape{};  // (z, y, x) every validation volume was padded to
 };
 
 /// MSD folder `dir`; `all_for_eval` puts every pair in `val` (for the eval subcommand).

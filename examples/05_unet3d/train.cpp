@@ -1,5 +1,8 @@
 // train.cpp - the training loop of halfgrad-unet3d, written the way a libtorch user would write it:
 //   forward under autocast -> loss -> scaler.scale(loss).backward() -> scaler.step(opt) -> update().
+// The precision is chosen by --opt-level (amp/opt_level.h): O0 FP32, O1 autocast (--amp), O2 FP16
+// weights with FP32 norms and master weights, O3 pure FP16; --fp32-op / --fp32-module move op kinds
+// or modules to FP32 under autocast.
 #include "examples/05_unet3d/train.h"
 
 #include <chrono>
@@ -9,10 +12,15 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "amp/autocast.h"
 #include "amp/grad_scaler.h"
+#include "amp/grad_stats.h"
+#include "amp/opt_level.h"
+#include "amp/precision_report.h"
+#include "autograd/anomaly.h"
 #include "core/error.h"
 #include "examples/05_unet3d/data.h"
 #include "examples/05_unet3d/metrics.h"
@@ -44,21 +52,45 @@ static double lr_at(const Recipe& r, double e) {
 
 // Per-class Dice averaged over volumes, predicting whole volumes one at a time.
 static std::vector<double> validate(nn::UNet3d& model, const std::vector<SegVolume>& vols, int64_t num_classes,
-                                    bool amp) {
+                                    const amp::OptLevelSetup& mp) {
   model.eval();
   NoGradGuard no_grad;
-  amp::AutocastGuard autocast(amp);
+  amp::AutocastGuard autocast(mp.autocast);
   std::vector<double> sum(num_classes - 1, 0.0);
   for (const SegVolume& v : vols) {
     const Shape s = v.image.shape();
-    Tensor x = v.image.view_as_shape({1, 1, s[0], s[1], s[2]});
-    Tensor pred = ops::argmax(model.forward(x), 1).view_as_shape(s);
+    Tensor x = mp.cast_input(v.image.view_as_shape({1, 1, s[0], s[1], s[2]}));
+    Tensor pred = ops::argmax(model(x), 1).view_as_shape(s);
     std::vector<double> d = dice_per_class(pred, v.label, num_classes);
     for (size_t c = 0; c < d.size(); ++c) sum[c] += d[c];
   }
   for (double& d : sum) d /= std::max<size_t>(vols.size(), 1);
   model.train();
   return sum;
+}
+
+// --opt-level, or its alias --amp (O1); both given must agree.
+static amp::OptLevel resolve_opt_level(const TrainArgs& a) {
+  if (a.opt_level.empty()) return a.amp ? amp::OptLevel::O1 : amp::OptLevel::O0;
+  const amp::OptLevel level = amp::opt_level_from_name(a.opt_level);
+  HG_CHECK(!a.amp || level == amp::OptLevel::O1, "halfgrad-unet3d train: --amp means --opt-level O1, but --opt-level "
+                                                     << a.opt_level << " was given too; pass one of them");
+  return level;
+}
+
+// The FP32 allow-lists: op kinds (this thread's autocast table) and module-name prefixes. They act
+// under autocast only, so any other level refuses them rather than silently ignoring them. Without a
+// model only the level and the op names are checked (before the data is loaded); with one, the
+// module prefixes are applied too.
+static void apply_fp32_lists(amp::OptLevel level, const std::vector<std::string>& ops_fp32,
+                             const std::vector<std::string>& modules_fp32, nn::Module* model) {
+  if (ops_fp32.empty() && modules_fp32.empty()) return;
+  HG_CHECK(level == amp::OptLevel::O1,
+           "halfgrad-unet3d: --fp32-op and --fp32-module choose what autocast keeps in FP32, so they need "
+           "--opt-level O1 (or --amp); at " << amp::opt_level_name(level) << " every op runs in its weights' dtype");
+  for (const std::string& name : ops_fp32) amp::set_op_fp32(amp::op_kind_from_name(name), true);
+  if (model)
+    for (const std::string& prefix : modules_fp32) amp::mark_fp32_modules(*model, prefix);
 }
 
 static std::string fmt(double v, int prec = 4) {
@@ -77,7 +109,8 @@ int run_train(const TrainArgs& a) {
   if (a.lr > 0) r.lr = a.lr;
   if (a.val_every > 0) r.val_every = a.val_every;
   HG_CHECK(!a.out.empty(), "halfgrad-unet3d train: --out RUN_DIR is required");
-  std::filesystem::create_directories(a.out);
+  const amp::OptLevel level = resolve_opt_level(a);
+  apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, nullptr);  // bad names fail before the data loads
 
   manual_seed(a.seed);
   Generator gen(a.seed);
@@ -88,21 +121,48 @@ int run_train(const TrainArgs& a) {
             << " validation volumes, " << data.num_classes << " classes (loaded in " << fmt(seconds_since(t_load), 1)
             << " s)" << std::endl;
 
-  auto model = std::make_shared<nn::UNet3d>(r.model);
-  std::cout << "model: UNet3d " << r.model.describe() << ", " << model->num_parameters() << " parameters; recipe '"
-            << r.name << "', " << (a.amp ? "AMP (autocast FP16 + GradScaler)" : "FP32") << ", batch " << r.batch
-            << ", AdamW lr " << r.lr << ", " << r.epochs << " epochs, " << ops::num_threads() << " CPU threads" << std::endl;
+  r.volume_shape = data.volume_shape;
+  // The run folder is touched only once the data has loaded, so a run that fails on bad input leaves
+  // an earlier run's files in the folder as they were.
+  std::error_code ec;
+  std::filesystem::create_directories(a.out, ec);
+  HG_CHECK(!ec && std::filesystem::is_directory(a.out),
+           "halfgrad-unet3d train: --out " << a.out << ": cannot create the run folder (" << ec.message()
+                                           << "); expected a writable directory path");
 
-  optim::AdamW opt(model->parameters(), optim::AdamWOptions().lr(r.lr).weight_decay(r.weight_decay));
-  amp::GradScaler scaler(amp::GradScalerOptions().enabled(a.amp));
+  auto model = std::make_shared<nn::UNet3d>(r.model);
+  optim::AdamWOptions adamw = optim::AdamWOptions().lr(r.lr).weight_decay(r.weight_decay);
+  amp::GradScalerOptions scaler_options;
+  const amp::OptLevelSetup mp = amp::apply_opt_level(level, *model, adamw, scaler_options);
+  apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, model.get());
+  std::cout << "model: UNet3d " << r.model.describe() << ", " << model->num_parameters() << " parameters; recipe '"
+            << r.name << "', " << amp::describe_opt_level(level) << ", batch " << r.batch << ", AdamW lr " << r.lr
+            << (level == amp::OptLevel::O3 ? ", eps " + std::to_string(adamw.eps()) : std::string()) << ", "
+            << r.epochs << " epochs, " << ops::num_threads() << " CPU threads" << std::endl;
+  for (const std::string& name : a.fp32_ops) std::cout << "autocast: op " << name << " runs in FP32" << std::endl;
+  for (const std::string& prefix : a.fp32_modules)
+    std::cout << "autocast: modules '" << prefix << "*' run in FP32" << std::endl;
+
+  optim::AdamW opt(model->parameters(), adamw);
+  amp::GradScaler scaler(scaler_options);
 
   const int64_t per_epoch = r.samples_per_epoch > 0 ? r.samples_per_epoch : static_cast<int64_t>(data.train.size());
   const int64_t steps_per_epoch = std::max<int64_t>(1, per_epoch / r.batch);
   std::ofstream csv(a.out + "/metrics.csv");
+  HG_CHECK(csv.good(), "halfgrad-unet3d train: cannot write " << a.out << "/metrics.csv; expected a writable run folder");
   csv << "epoch,train_loss,skipped_steps,loss_scale,lr";
   for (int64_t c = 1; c < data.num_classes; ++c) csv << ",dice_" << data.class_names[c];
   csv << ",mean_dice,epoch_seconds,elapsed_seconds\n";
 
+  // Instruments (--grad-stats, --precision-report, --detect-anomaly); each does nothing unless asked.
+  std::optional<amp::GradStatsCsvWriter> grad_stats;
+  HG_CHECK(a.grad_stats_every >= 1, "halfgrad-unet3d train: --grad-stats-every must be >= 1, got " << a.grad_stats_every);
+  if (!a.grad_stats.empty()) grad_stats.emplace(a.grad_stats);
+  amp::PrecisionRecorder precision;
+  int64_t global_step = 0;
+
+  constexpr int64_t kMaxNonFiniteStreak = 50;  // GradScaler halves the scale each time: 2^16 -> 2^-34
+  int64_t nonfinite_streak = 0;
   const auto t0 = Clock::now();
   double best = -1;
   for (int64_t epoch = 1; epoch <= r.epochs; ++epoch) {
@@ -114,17 +174,40 @@ int run_train(const TrainArgs& a) {
       for (auto& g : opt.param_groups()) g.options().set_lr(lr);
       Tensor x, y;
       make_training_batch(data, r, gen, x, y);
+      ++global_step;
+      amp::PrecisionRecorder::Observe observe(a.precision_report ? &precision : nullptr);
+      autograd::DetectAnomalyGuard anomaly(a.detect_anomaly);
       opt.zero_grad();
       Tensor loss;
       {
-        amp::AutocastGuard autocast(a.amp);
-        loss = ops::segmentation_loss(model->forward(x), y);
+        amp::AutocastGuard autocast(mp.autocast);
+        // The loss in FP32 at every level (O2/O3 logits are FP16; under O1 the loss is on autocast's
+        // FP32 list anyway).
+        loss = ops::segmentation_loss((*model)(mp.cast_input(x)).to(kFloat32), y);
+      }
+      const double l = loss.item();
+      if (!std::isfinite(l)) {
+        // Without a loss scaler nothing would skip this step: the weights would turn NaN and every
+        // later checkpoint with them. With one, a non-finite loss is skipped like an overflow, but a
+        // long streak means the weights or the data are broken, not the scale.
+        HG_CHECK(scaler.is_enabled(), "halfgrad-unet3d train: the loss is " << l << " at epoch " << epoch << ", step "
+                                          << step + 1 << " (lr " << lr << "); stopping before the update so that "
+                                          << a.out << "/checkpoint.bin keeps the last finite weights; lower --lr");
+        HG_CHECK(++nonfinite_streak <= kMaxNonFiniteStreak,
+                 "halfgrad-unet3d train: the loss has been non-finite for " << nonfinite_streak
+                     << " steps in a row (epoch " << epoch << ", loss scale " << scaler.get_scale()
+                     << "); stopping: lower --lr, or check the data");
+      } else {
+        nonfinite_streak = 0;
       }
       scaler.scale(loss).backward();
+      if (grad_stats && global_step % a.grad_stats_every == 0)  // before step(): the grads still hold S * g
+        grad_stats->write(global_step, amp::collect_grad_stats(model->named_parameters(), scaler.get_scale()));
+      const double scale_used = scaler.get_scale();
       const bool stepped = scaler.step(opt);
       scaler.update();
+      precision.record_step(global_step, scale_used, !stepped, scaler.get_scale());
       if (!stepped) ++skipped;
-      const double l = loss.item();
       if (std::isfinite(l)) { loss_sum += l; ++counted; }
       if (a.progress) {
         const double el = seconds_since(te);
@@ -138,7 +221,7 @@ int run_train(const TrainArgs& a) {
     const double train_loss = counted ? loss_sum / counted : NAN;
     const bool do_val = epoch % r.val_every == 0 || epoch == r.epochs;
     std::vector<double> dice;
-    if (do_val) dice = validate(*model, data.val, data.num_classes, a.amp);
+    if (do_val) dice = validate(*model, data.val, data.num_classes, mp);
     double mean = 0;
     for (double d : dice) mean += d;
     if (!dice.empty()) mean /= dice.size();
@@ -161,7 +244,9 @@ int run_train(const TrainArgs& a) {
     csv.flush();
 
     nlohmann::json meta = {{"recipe", r.name},        {"model", r.model.to_json()}, {"epoch", epoch},
-                           {"amp", a.amp},            {"volume_shape", r.volume_shape},
+                           {"amp", level != amp::OptLevel::O0}, {"opt_level", amp::opt_level_name(level)},
+                           {"fp32_ops", a.fp32_ops},  {"fp32_modules", a.fp32_modules},
+                           {"volume_shape", r.volume_shape},
                            {"class_names", data.class_names}, {"scaler", scaler.state_dict()},
                            {"optimizer", opt.state_dict()}, {"val_mean_dice", mean}};
     nn::save_checkpoint(a.out + "/checkpoint.bin", *model, meta);
@@ -171,6 +256,13 @@ int run_train(const TrainArgs& a) {
       break;
     }
   }
+  if (grad_stats) std::cout << "gradient statistics: " << grad_stats->path() << std::endl;
+  if (a.precision_report) {
+    const amp::PrecisionReportFiles files = precision.write(a.out);
+    std::cout << precision.summary_text();
+    for (const std::string& f : files.files) std::cout << "precision report: " << f << std::endl;
+    if (!files.note.empty()) std::cout << "precision report: " << files.note << std::endl;
+  }
   std::cout << "done in " << fmt(seconds_since(t0), 1) << " s; best validation mean Dice " << fmt(best)
             << "; checkpoint " << a.out << "/checkpoint.bin, metrics " << a.out << "/metrics.csv" << std::endl;
   return 0;
@@ -178,16 +270,28 @@ int run_train(const TrainArgs& a) {
 
 int run_eval(const EvalArgs& a) {
   nlohmann::json meta = nn::read_checkpoint_metadata(a.checkpoint);
+  for (const char* key : {"recipe", "model", "volume_shape"})
+    HG_CHECK(meta.is_object() && meta.contains(key),
+             "halfgrad-unet3d eval: " << a.checkpoint << " has no \"" << key
+                                      << "\" in its metadata; expected a checkpoint written by halfgrad-unet3d train");
   Recipe r = recipe_by_name(meta.at("recipe").get<std::string>());
   r.model = nn::UNet3dOptions::from_json(meta.at("model"));
   r.volume_shape = meta.at("volume_shape").get<std::array<int64_t, 3>>();
   auto model = std::make_shared<nn::UNet3d>(r.model);
+  // The level decides the parameters' dtypes, which the checkpoint must match (older checkpoints
+  // have only "amp": O1 or O0).
+  const amp::OptLevel level = meta.contains("opt_level")
+                                  ? amp::opt_level_from_name(meta.at("opt_level").get<std::string>())
+                                  : (meta.value("amp", false) ? amp::OptLevel::O1 : amp::OptLevel::O0);
+  const amp::OptLevelSetup mp = amp::apply_opt_level_to_model(level, *model);
   nn::load_checkpoint(a.checkpoint, *model);
+  apply_fp32_lists(level, meta.value("fp32_ops", std::vector<std::string>{}),
+                   meta.value("fp32_modules", std::vector<std::string>{}), model.get());
   SegData data = a.data.empty() ? load_default_data(r) : load_msd_data(a.data, r, true);
   HG_CHECK(data.num_classes == r.model.num_classes(),
            "halfgrad-unet3d eval: " << data.source << " has " << data.num_classes << " classes but checkpoint "
                                     << a.checkpoint << " was trained for " << r.model.num_classes());
-  std::vector<double> dice = validate(*model, data.val, data.num_classes, meta.value("amp", false));
+  std::vector<double> dice = validate(*model, data.val, data.num_classes, mp);
   double mean = 0;
   for (double d : dice) mean += d;
   mean /= std::max<size_t>(dice.size(), 1);

@@ -1,6 +1,7 @@
 // train.h - the two subcommands of halfgrad-unet3d.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace unet3d_app {
 
@@ -11,11 +12,19 @@ struct TrainArgs {
   int64_t epochs = -1;     // -1 = the recipe's
   int64_t batch = -1;
   double lr = -1;
-  bool amp = false;        // autocast (FP16 conv operands, FP32 accumulation) + GradScaler
+  bool amp = false;        // autocast (FP16 conv operands, FP32 accumulation) + GradScaler: --opt-level O1
+  std::string opt_level;   // "O0".."O3" (amp/opt_level.h); empty = O1 with --amp, else O0
+  std::vector<std::string> fp32_ops;      // op kinds moved to autocast's FP32 list (amp::op_kind_name)
+  std::vector<std::string> fp32_modules;  // module-name prefixes run in FP32 under autocast
   uint64_t seed = 0;
   int64_t val_every = -1;
   double max_minutes = 0;  // stop after this much training time (0 = no limit)
   bool progress = true;
+  // Instruments of mixed precision (off by default):
+  std::string grad_stats;         // --grad-stats FILE.csv: per-parameter gradient statistics (amp/grad_stats.h)
+  int64_t grad_stats_every = 1;   // --grad-stats-every N: collect them every N optimizer steps
+  bool precision_report = false;  // --precision-report: write amp/precision_report.h's files into `out`
+  bool detect_anomaly = false;    // --detect-anomaly: anomaly mode (autograd/anomaly.h) in every training step
 };
 
 struct EvalArgs {

@@ -131,8 +131,9 @@ Tensor out_dtype(const Tensor& t, Dtype dt) { return t.defined() ? from_compute(
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dParams& p) {
   const ConvGeometry g = check_and_plan("conv3d", x, w, b, p, /*transposed=*/false);
   const Dtype dt = conv_dtype(amp::OpKind::Conv3d, x, w, b);
-  // Differentiable casts: under autocast an FP32 weight's gradient comes back through its FP16 copy.
-  const Tensor xc = x.to(dt), wc = w.to(dt), bc = b.defined() ? b.to(dt) : Tensor();
+  // Differentiable casts: under autocast an FP32 weight's gradient comes back through its FP16 copy
+  // (made once per autocast region: the weight-cast cache, ops/common.h).
+  const Tensor xc = autocast_cast(x, dt), wc = autocast_cast(w, dt), bc = b.defined() ? autocast_cast(b, dt) : Tensor();
   Tensor y = from_compute(fprop(g, xc, wc, bc), dt);
   const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.requires_grad();
   // Save x only if dw is needed and w only if dx is needed (the input, not a copy: FP16 stays FP16).
@@ -151,7 +152,7 @@ Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dPar
 Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dParams& p) {
   const ConvGeometry g = check_and_plan("conv_transpose3d", x, w, b, p, /*transposed=*/true);
   const Dtype dt = conv_dtype(amp::OpKind::ConvTranspose3d, x, w, b);
-  const Tensor xc = x.to(dt), wc = w.to(dt), bc = b.defined() ? b.to(dt) : Tensor();
+  const Tensor xc = autocast_cast(x, dt), wc = autocast_cast(w, dt), bc = b.defined() ? autocast_cast(b, dt) : Tensor();
   Tensor yc = dgrad(g, xc, wc);
   if (bc.defined()) add_channel_bias(yc, bc);
   Tensor y = from_compute(yc, dt);

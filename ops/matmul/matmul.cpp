@@ -111,7 +111,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                                                                     << shape_str(b.shape()) << " (" << a.size(1)
                                                                     << " vs " << b.size(0) << ")");
   const Dtype dt = amp::autocast_dtype(amp::OpKind::Matmul, {a.dtype(), b.dtype()});
-  const Tensor ac = a.to(dt), bc = b.to(dt);
+  const Tensor ac = autocast_cast(a, dt), bc = autocast_cast(b, dt);
   Tensor y = from_compute(gemm(ac, Trans::N, bc, Trans::N), dt);
   const bool ga = ac.requires_grad(), gb = bc.requires_grad();
   return autograd::record("matmul", y, {ac, bc},
@@ -139,7 +139,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                                                                      << shape_str(w.shape()) << ")");
   const Dtype dt = b.defined() ? amp::autocast_dtype(amp::OpKind::Linear, {x.dtype(), w.dtype(), b.dtype()})
                                : amp::autocast_dtype(amp::OpKind::Linear, {x.dtype(), w.dtype()});
-  const Tensor xc = x.to(dt), wc = w.to(dt), bc = b.defined() ? b.to(dt) : Tensor();
+  const Tensor xc = autocast_cast(x, dt), wc = autocast_cast(w, dt), bc = b.defined() ? autocast_cast(b, dt) : Tensor();
   Tensor yc = gemm(xc, Trans::N, wc, Trans::T);  // x w^T
   if (bc.defined()) {
     const Tensor cb = to_compute(bc);

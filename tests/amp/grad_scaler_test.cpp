@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <iostream>
 #include <vector>
 
@@ -326,4 +327,102 @@ TEST_CASE(kGoldenReplayTest) {
     }
     CHECK(scaler.skipped_steps() == n_skipped);
   }
+}
+
+// ---- halfgrad's extensions: max_scale, diagnostics, their state ------------------------------------
+
+namespace {
+// Captures what std::cerr receives while alive.
+struct CerrCapture {
+  std::ostringstream text;
+  std::streambuf* old;
+  CerrCapture() : old(std::cerr.rdbuf(text.rdbuf())) {}
+  ~CerrCapture() { std::cerr.rdbuf(old); }
+};
+}  // namespace
+
+TEST_CASE("amp: GradScaler max_scale caps growth: init 8192, cap 32768, growth_interval 1 stays at 32768") {
+  Tensor p = Tensor::zeros({3}).set_requires_grad(true);
+  optim::SGD opt({p}, optim::SGDOptions(0.0));
+  amp::GradScaler scaler(amp::GradScalerOptions().init_scale(8192).max_scale(32768).growth_interval(1));
+  CHECK(scaler.get_max_scale() == 32768.0);
+  std::vector<double> seen;
+  for (int t = 0; t < 5; ++t) {
+    iterate(scaler, opt, p, finite_grad());
+    seen.push_back(scaler.get_scale());
+  }
+  CHECK(seen == std::vector<double>{16384, 32768, 32768, 32768, 32768});
+  // A cap that is not a power-of-two multiple of S: growth stops exactly at the cap.
+  amp::GradScaler odd(amp::GradScalerOptions().init_scale(1024).max_scale(3000).growth_interval(1));
+  for (int t = 0; t < 3; ++t) iterate(odd, opt, p, finite_grad());
+  CHECK(odd.get_scale() == 3000.0);
+  // Backoff is not capped from below, and growth resumes up to the cap.
+  Tensor bad = Tensor::from_vector(std::vector<float>{INFINITY, 0, 0}, {3});
+  iterate(odd, opt, p, bad);
+  CHECK(odd.get_scale() == 1500.0);
+  CHECK_THROWS_AS(amp::GradScaler(amp::GradScalerOptions().init_scale(65536).max_scale(32768)), Error);
+  CHECK_THROWS_AS(amp::GradScaler(amp::GradScalerOptions().max_scale(0)), Error);
+  CHECK(std::isinf(amp::GradScaler().get_max_scale()));  // PyTorch: no cap
+}
+
+TEST_CASE("amp: GradScaler warns once after skip_warning_after consecutive skipped steps, and when the scale falls below 1") {
+  Tensor p = Tensor::zeros({3}).set_requires_grad(true);
+  optim::SGD opt({p}, optim::SGDOptions(0.1));
+  amp::GradScaler scaler(amp::GradScalerOptions().init_scale(8).skip_warning_after(3));
+  const Tensor nan_grad = Tensor::from_vector(std::vector<float>{NAN, 1, 1}, {3});
+  CerrCapture cap;
+  for (int t = 1; t <= 2; ++t) iterate(scaler, opt, p, nan_grad);
+  CHECK(scaler.consecutive_skipped_steps() == 2);
+  CHECK_FALSE(scaler.skip_streak());
+  CHECK(cap.text.str().empty());
+  iterate(scaler, opt, p, nan_grad);  // the third in a row: S = 8 / 2^3 = 1
+  CHECK(scaler.skip_streak());
+  CHECK(scaler.warnings_emitted() == 1);
+  CHECK(cap.text.str().find("the last 3 optimizer steps were all skipped") != std::string::npos);
+  CHECK_FALSE(scaler.scale_below_one());
+  iterate(scaler, opt, p, nan_grad);  // S = 0.5: the second kind of warning
+  CHECK(scaler.scale_below_one());
+  CHECK(scaler.warnings_emitted() == 2);
+  CHECK(cap.text.str().find("fell below 1") != std::string::npos);
+  iterate(scaler, opt, p, nan_grad);  // neither warning repeats while the condition lasts
+  CHECK(scaler.warnings_emitted() == 2);
+  CHECK(scaler.consecutive_skipped_steps() == 5);
+  CHECK(iterate(scaler, opt, p, finite_grad()));  // a clean step ends the streak
+  CHECK(scaler.consecutive_skipped_steps() == 0);
+  CHECK_FALSE(scaler.skip_streak());
+  amp::GradScaler quiet(amp::GradScalerOptions().skip_warning_after(0));
+  for (int t = 0; t < 12; ++t) iterate(quiet, opt, p, nan_grad);
+  CHECK(quiet.consecutive_skipped_steps() == 12);
+  CHECK_FALSE(quiet.skip_streak());
+  CHECK_THROWS_AS(amp::GradScaler(amp::GradScalerOptions().skip_warning_after(-1)), Error);
+}
+
+TEST_CASE("amp: GradScaler state_dict carries max_scale and the skip streak; PyTorch's dict without them still loads") {
+  Tensor p = Tensor::zeros({3}).set_requires_grad(true);
+  optim::SGD opt({p}, optim::SGDOptions(0.1));
+  amp::GradScaler scaler(amp::GradScalerOptions().init_scale(8192).max_scale(32768).skip_warning_after(4));
+  const Tensor nan_grad = Tensor::from_vector(std::vector<float>{NAN, 1, 1}, {3});
+  iterate(scaler, opt, p, nan_grad);
+  iterate(scaler, opt, p, nan_grad);
+  const nlohmann::json sd = nlohmann::json::parse(scaler.state_dict().dump());
+  CHECK(sd.at("max_scale") == 32768.0);
+  CHECK(sd.at("skip_warning_after") == 4);
+  CHECK(sd.at("_consecutive_skipped") == 2);
+  CHECK_FALSE(amp::GradScaler().state_dict().contains("max_scale"));  // no cap: no key (JSON has no inf)
+  amp::GradScaler restored;
+  restored.load_state_dict(sd);
+  CHECK(restored.get_max_scale() == 32768.0);
+  CHECK(restored.consecutive_skipped_steps() == 2);
+  CerrCapture cap;
+  iterate(restored, opt, p, nan_grad);
+  iterate(restored, opt, p, nan_grad);  // the 4th in a row counts across the checkpoint
+  CHECK(restored.skip_streak());
+  // A dict as PyTorch writes it: the five keys only.
+  const nlohmann::json torch_sd = {{"scale", 1024.0}, {"growth_factor", 2.0}, {"backoff_factor", 0.5},
+                                   {"growth_interval", 2000}, {"_growth_tracker", 7}};
+  amp::GradScaler from_torch(amp::GradScalerOptions().init_scale(1024).max_scale(4096));
+  from_torch.load_state_dict(torch_sd);
+  CHECK(from_torch.get_scale() == 1024.0);
+  CHECK(from_torch.get_growth_tracker() == 7);
+  CHECK(from_torch.get_max_scale() == 4096.0);
 }

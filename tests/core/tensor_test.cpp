@@ -37,5 +37,8 @@ TEST_CASE("core: errors name the operation and the shapes") {
   CHECK_THROWS_WITH_AS(Tensor().shape(), doctest::Contains("undefined"), Error);
   CHECK_THROWS_WITH_AS(Tensor::zeros({2, 3}).view_as_shape({4}), doctest::Contains("[2, 3]"), Error);
   CHECK_THROWS_AS(Tensor::empty({-1}), Error);
+  CHECK_THROWS_WITH_AS(Tensor::empty({(int64_t{1} << 62) + 1, 4}), doctest::Contains("more than 2^63 elements"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::empty({int64_t{1} << 40, int64_t{1} << 40}), doctest::Contains("2^63"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::empty({int64_t{1} << 61, 4}), doctest::Contains("2^63"), Error);
   CHECK_THROWS_WITH_AS(Tensor::from_labels({1}, {1}).set_requires_grad(true), doctest::Contains("int64"), Error);
 }

@@ -107,6 +107,15 @@ TEST_CASE("io msd: a listed file that does not exist is an error naming it") {
   check_mentions(error_message([&] { load_msd(dir.file("")); }), {dir.file("labelsTr/b.nii.gz"), "not found"});
 }
 
+TEST_CASE("io msd: a pair listed twice in dataset.json is an error naming it") {
+  TempDir dir;
+  nlohmann::json ds = make_dataset(dir, {"a.nii.gz", "b.nii.gz"});
+  ds["training"].push_back(ds["training"][0]);
+  save(dir, ds);
+  check_mentions(error_message([&] { load_msd(dir.file("")); }),
+                 {dir.file("dataset.json"), "./imagesTr/a.nii.gz", "listed twice"});
+}
+
 TEST_CASE("io msd: load_msd_case rejects shape mismatch and out-of-range labels, naming the files") {
   TempDir dir;
   save(dir, make_dataset(dir, {"a.nii.gz"}));

@@ -162,6 +162,15 @@ TEST_CASE("io nifti: missing file, wrong name, not NIfTI, NIfTI-2 and gzip-named
   write_bytes(dir.file("two.nii"), nifti2);
   check_mentions(error_message([&] { read_nifti(dir.file("two.nii")); }), {dir.file("two.nii"), "NIfTI-2"});
 
+  // vox_offset below the header: nifticlib would silently read from byte 348 instead.
+  for (float off : {0.0f, -100.0f}) {
+    std::string shifted = bytes;
+    std::memcpy(shifted.data() + 108, &off, 4);
+    write_bytes(dir.file("voxoff.nii"), shifted);
+    check_mentions(error_message([&] { read_nifti(dir.file("voxoff.nii")); }),
+                   {dir.file("voxoff.nii"), "vox_offset", "expected at least 352"});
+  }
+
   write_raw_nifti(dir.file("packed.nii.gz"), kDims3, NIFTI_TYPE_FLOAT32, values.data());
   write_bytes(dir.file("packed.nii"), read_bytes(dir.file("packed.nii.gz")));
   check_mentions(error_message([&] { read_nifti(dir.file("packed.nii")); }),

@@ -1,8 +1,10 @@
 // Module base and containers: registration, naming and ordering, train/eval, zero_grad, to(dtype).
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <sstream>
 
+#include "amp/autocast.h"
 #include "core/error.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
@@ -156,3 +158,54 @@ TEST_CASE("nn: Module prints as a PyTorch-style tree") {
   os << *seq;
   CHECK(os.str() == "Sequential(\n  (0): Conv3d(1, 2, kernel_size=3, stride=1, padding=1, bias=false)\n  (1): ReLU()\n)");
 }
+
+TEST_CASE("nn: Module::operator() runs a module marked set_autocast_fp32 in FP32 under autocast; forward() bypasses it") {
+  Generator gen(3);
+  auto conv = std::make_shared<nn::Conv3d>(nn::Conv3dOptions(2, 3, 3).padding(1), gen);
+  Tensor x = Tensor::randn({1, 2, 4, 4, 4}, gen, kFloat16).set_requires_grad(true);
+  Tensor ref;
+  {
+    amp::AutocastGuard off(false);  // the FP32 computation the mark must reproduce
+    ref = (*conv)(x.cast_copy(kFloat32));
+  }
+  CHECK(conv->set_autocast_fp32(true).autocast_fp32());
+  amp::AutocastGuard on;
+  Tensor y = (*conv)(x);
+  CHECK(y.dtype() == kFloat32);
+  CHECK(std::memcmp(y.raw_data(), ref.raw_data(), ref.nbytes()) == 0);
+  CHECK(amp::autocast_enabled());  // the FP32 region closed with the call
+  ops::sum(y).backward();
+  CHECK(x.grad().dtype() == kFloat16);  // the input's gradient comes back through the cast, in its dtype
+  CHECK(conv->weight.grad().dtype() == kFloat32);
+#ifndef HALFGRAD_FORCE_FP32
+  CHECK(conv->forward(x).dtype() == kFloat16);  // forward() is the bare computation
+  conv->set_autocast_fp32(false);
+  CHECK((*conv)(x).dtype() == kFloat16);
+#endif
+}
+
+TEST_CASE("nn: Sequential calls its elements through operator(), so a marked element inside runs in FP32") {
+  Generator gen(5);
+  auto conv1 = std::make_shared<nn::Conv3d>(nn::Conv3dOptions(1, 2, 3).padding(1), gen);
+  auto bn = std::make_shared<nn::BatchNorm3d>(nn::BatchNorm3dOptions(2));
+  auto conv2 = std::make_shared<nn::Conv3d>(nn::Conv3dOptions(2, 2, 1), gen);
+  nn::Sequential seq{conv1, bn, std::make_shared<nn::ReLU>(), conv2};
+  Tensor x = Tensor::randn({2, 1, 4, 4, 4}, gen);
+  amp::AutocastGuard on;
+#ifndef HALFGRAD_FORCE_FP32
+  CHECK(seq(x).dtype() == kFloat16);
+#endif
+  conv2->set_autocast_fp32(true);
+  CHECK(seq(x).dtype() == kFloat32);
+  // A marked BatchNorm3d takes the FP16 conv output, cast to FP32 by the mark, and matches the
+  // unmarked one (which autocast already runs in FP32) bit for bit.
+  conv2->set_autocast_fp32(false);
+  bn->eval();
+  Tensor h = (*conv1)(x);
+  Tensor plain = (*bn)(h);
+  bn->set_autocast_fp32(true);
+  Tensor marked = (*bn)(h);
+  CHECK(marked.dtype() == kFloat32);
+  CHECK(std::memcmp(marked.raw_data(), plain.raw_data(), plain.nbytes()) == 0);
+}
+

@@ -3,6 +3,7 @@
 // argument checks, and that a step leaves no trace on the autograd tape.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -201,4 +202,73 @@ TEST_CASE("optim: AdamW update of a large tensor (OpenMP path) equals the small-
     opt_small.step();
   }
   CHECK(std::memcmp(big.data<float>() + n - 100, small.data<float>(), 100 * sizeof(float)) == 0);
+}
+
+TEST_CASE("optim: AdamW master_weights(false) on float16 params keeps float16 moments and equals the float update rounded") {
+  // Pure FP16 (amp O3): no master; p, m, v are half and each step is adamw_update's float arithmetic
+  // on their widened values, rounded back once (apex FusedAdam's behaviour for half parameters).
+  const int64_t n = 300;  // not a multiple of the 1024-element block, and spans no block boundary
+  const std::vector<float> init = half_exact_values(n, 11, 1.0);
+  Tensor p = Tensor::from_vector(init, {n}, kFloat16).set_requires_grad(true);
+  const auto options = optim::AdamWOptions().lr(1e-2).weight_decay(1e-2).eps(1e-4).master_weights(false);
+  optim::AdamW opt({p}, options);
+  // Reference: the same recurrence by hand, in float, rounding p, m, v to half after each step.
+  std::vector<float> rp(init), rm(n, 0.0f), rv(n, 0.0f);
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<float> g = half_exact_values(n, 200 + t, 0.1);
+    p.set_grad(Tensor::from_vector(g, {n}, kFloat32));
+    opt.step();
+    const float decay = static_cast<float>(1.0 - 1e-2 * 1e-2), b1 = 0.9f, omb1 = static_cast<float>(1.0 - 0.9);
+    const float b2 = 0.999f, omb2 = static_cast<float>(1.0 - 0.999), eps = 1e-4f;
+    const float bc2 = static_cast<float>(std::sqrt(1.0 - std::pow(0.999, t)));
+    const float nss = static_cast<float>(-(1e-2 / (1.0 - std::pow(0.9, t))));
+    for (int64_t i = 0; i < n; ++i) {
+      float pi = rp[i] * decay;
+      float mi = rm[i] * b1 + omb1 * g[i];
+      float vi = rv[i] * b2 + omb2 * g[i] * g[i];
+      float denom = std::sqrt(vi) / bc2 + eps;
+      pi = pi + nss * mi / denom;
+      rp[i] = round_to_half(pi), rm[i] = round_to_half(mi), rv[i] = round_to_half(vi);
+    }
+  }
+  const auto* st = static_cast<const optim::AdamWParamState*>(opt.param_state(p));
+  REQUIRE(st != nullptr);
+  CHECK_FALSE(st->master.defined());
+  REQUIRE(st->exp_avg.dtype() == kFloat16);
+  REQUIRE(st->exp_avg_sq.dtype() == kFloat16);
+  // FMA contraction may differ between this loop and the optimizer's, so allow one half ulp.
+  int off = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double ulp = std::ldexp(1.0, std::max(-24, std::ilogb(std::max(std::abs(rp[i]), 6.1e-5f)) - 10));
+    if (std::abs(p.item_at(i) - rp[i]) > ulp) ++off;
+  }
+  CHECK(off == 0);
+  // The state round-trips and is refused by an optimizer that keeps masters.
+  const nlohmann::json sd = nlohmann::json::parse(opt.state_dict().dump());
+  CHECK(sd.at("param_groups")[0].at("master_weights") == false);
+  Tensor q = p.clone().set_requires_grad(true);
+  optim::AdamW resumed({q}, optim::AdamWOptions());
+  resumed.load_state_dict(sd);
+  p.set_grad(Tensor::full({n}, 0.05));
+  q.set_grad(Tensor::full({n}, 0.05));
+  opt.step();
+  resumed.step();
+  CHECK(same_bits(p, q));
+}
+
+TEST_CASE("optim: AdamW master_weights(false) loses an update smaller than half's spacing (why masters exist)") {
+  // The mirror of "float16 master weight keeps updates smaller than half's spacing": near 1.0 an
+  // lr-1e-4 step rounds back to 1.0 every time when there is no FP32 master to accumulate it.
+  Tensor p = Tensor::full({1}, 1.0, kFloat16).set_requires_grad(true);
+  optim::AdamW opt({p}, optim::AdamWOptions().lr(1e-4).weight_decay(0.0).master_weights(false));
+  for (int t = 0; t < 10; ++t) {
+    p.set_grad(Tensor::full({1}, -1.0, kFloat16));
+    opt.step();
+  }
+  CHECK(p.item() == 1.0);
+  // Switching the layout after the first step is refused, naming the switch.
+  auto& o = static_cast<optim::AdamWOptions&>(opt.param_groups()[0].options());
+  o.master_weights(true);
+  p.set_grad(Tensor::full({1}, -1.0, kFloat16));
+  CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("master_weights"), Error);
 }

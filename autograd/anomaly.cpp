@@ -1,0 +1,216 @@
+// anomaly.cpp - anomaly mode: the NaN/Inf checks and their messages (see anomaly.h).
+#include "autograd/anomaly.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace halfgrad::autograd {
+
+namespace {
+
+thread_local bool t_anomaly = false;
+thread_local int t_hook_id = -1;  // the forward hook installed while anomaly mode is on
+
+void set_anomaly_mode(bool on) {
+  if (on == t_anomaly) return;
+  t_anomaly = on;
+  if (on) {
+    t_hook_id = add_forward_hook(check_forward_anomaly);
+  } else {
+    remove_forward_hook(t_hook_id);
+    t_hook_id = -1;
+  }
+}
+
+template <typename T>
+void scan(const T* p, int64_t n, ValueSummary& s) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(p[i]);
+    if (std::isnan(v)) ++s.nan;
+    else if (std::isinf(v)) ++(v > 0 ? s.pos_inf : s.neg_inf);
+    else {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  s.min = lo;
+  s.max = hi;
+}
+
+// binary16: exponent field 31 is inf (mantissa 0) or NaN (mantissa != 0); everything else is finite.
+void scan_half(const uint16_t* p, int64_t n, ValueSummary& s) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = p[i];
+    if ((h & 0x7c00u) == 0x7c00u) {
+      if (h & 0x03ffu) ++s.nan;
+      else ++(h & 0x8000u ? s.neg_inf : s.pos_inf);
+    } else {
+      const double v = half_bits_to_float(h);
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  s.min = lo;
+  s.max = hi;
+}
+
+// The fast test that runs on every output and gradient: is any element NaN or inf? An IEEE value is
+// non-finite exactly when its exponent field is all ones, i.e. when its bits without the sign are >=
+// the bits of +inf. A max over those integers vectorises (and splits over threads), unlike a
+// per-element isnan/isinf with branches; the full ValueSummary is built only for a message.
+template <typename Bits>
+bool any_nonfinite_bits(const Bits* p, int64_t n, Bits abs_mask, Bits inf_bits) {
+  Bits m = 0;
+#pragma omp parallel for reduction(max : m) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) m = std::max<Bits>(m, p[i] & abs_mask);
+  return m >= inf_bits;
+}
+
+bool any_nonfinite(const Tensor& t) {
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case kFloat32:
+      return any_nonfinite_bits(static_cast<const uint32_t*>(t.raw_data()), n, uint32_t{0x7fffffffu}, uint32_t{0x7f800000u});
+    case kFloat64:
+      return any_nonfinite_bits(static_cast<const uint64_t*>(t.raw_data()), n, uint64_t{0x7fffffffffffffffull},
+                                uint64_t{0x7ff0000000000000ull});
+    case kFloat16:
+      return any_nonfinite_bits(static_cast<const uint16_t*>(t.raw_data()), n, uint16_t{0x7fffu}, uint16_t{0x7c00u});
+    case kInt64: return false;
+  }
+  return false;
+}
+
+std::string num(double v) {
+  std::ostringstream os;
+  os.precision(4);
+  os << v;
+  return os.str();
+}
+
+// "NaN", "inf", or "NaN and inf": what a non-finite summary holds.
+std::string what_bad(const ValueSummary& s) {
+  const bool inf = s.pos_inf + s.neg_inf > 0;
+  if (s.nan && inf) return "NaN and inf";
+  return s.nan ? "NaN" : "inf";
+}
+
+std::string input_label(const std::string& op, size_t i) {
+  const char* role = input_role(op, i);
+  return "input " + std::to_string(i) + (*role ? std::string(" (") + role + ")" : std::string());
+}
+
+// "; inputs: input 0 (input) float16 [..], ...; input 1 (weight) ..."
+std::string describe_inputs(const std::string& op, const std::vector<Tensor>& inputs) {
+  std::ostringstream os;
+  os << "inputs:";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    os << (i ? ";" : "") << " " << input_label(op, i) << " " << describe_values(inputs[i]);
+  return os.str();
+}
+
+const char* kScalerNote =
+    " (Under GradScaler an inf/NaN gradient is expected now and then: the scaler skips that step and halves "
+    "the scale. Anomaly mode turns it into this error; use it to debug a diverging run, not while training.)";
+
+}  // namespace
+
+bool anomaly_mode_enabled() { return t_anomaly; }
+
+DetectAnomalyGuard::DetectAnomalyGuard(bool enabled) : prev_(t_anomaly) { set_anomaly_mode(enabled); }
+DetectAnomalyGuard::~DetectAnomalyGuard() { set_anomaly_mode(prev_); }
+
+ValueSummary summarize_values(const Tensor& t) {
+  HG_CHECK(t.defined(), "summarize_values: undefined tensor");
+  ValueSummary s;
+  s.numel = t.numel();
+  switch (t.dtype()) {
+    case kFloat32: scan(t.data<float>(), s.numel, s); break;
+    case kFloat64: scan(t.data<double>(), s.numel, s); break;
+    case kFloat16: scan_half(t.data<uint16_t>(), s.numel, s); break;
+    case kInt64: scan(t.data<int64_t>(), s.numel, s); break;
+  }
+  if (s.nan + s.pos_inf + s.neg_inf == s.numel) s.min = s.max = std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
+std::string describe_values(const Tensor& t) {
+  if (!t.defined()) return "undefined";
+  const ValueSummary s = summarize_values(t);
+  std::ostringstream os;
+  os << dtype_name(t.dtype()) << " " << shape_str(t.shape()) << ", ";
+  if (s.numel == 0) os << "empty";
+  else if (std::isnan(s.min)) os << "no finite value";
+  else os << "finite range [" << num(s.min) << ", " << num(s.max) << "]";
+  os << ", " << s.nan << " NaN, " << s.pos_inf << " +inf, " << s.neg_inf << " -inf";
+  return os.str();
+}
+
+const char* input_role(const std::string& op, size_t i) {
+  // Ops whose record() inputs are (input, weight, bias).
+  static const char* const kWeighted[] = {"conv3d", "conv_transpose3d", "linear", "batch_norm", "instance_norm",
+                                          "group_norm"};
+  static const char* const kWeightedRoles[] = {"input", "weight", "bias"};
+  // Ops whose record() inputs are (a, b).
+  static const char* const kBinary[] = {"add", "sub", "mul", "div", "matmul"};
+  for (const char* w : kWeighted)
+    if (op == w) return i < 3 ? kWeightedRoles[i] : "";
+  for (const char* b : kBinary)
+    if (op == b) return i == 0 ? "a" : i == 1 ? "b" : "";
+  return "";
+}
+
+void check_forward_anomaly(const char* op, const Tensor& output, const std::vector<Tensor>& inputs) {
+  if (!output.defined() || !is_floating(output.dtype()) || !any_nonfinite(output)) return;
+  const ValueSummary s = summarize_values(output);
+  std::vector<size_t> bad_inputs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && any_nonfinite(inputs[i])) bad_inputs.push_back(i);
+  std::ostringstream os;
+  os << "anomaly mode: forward of " << op << " produced " << what_bad(s) << " in its output "
+     << describe_values(output) << "; " << describe_inputs(op, inputs) << ". ";
+  if (bad_inputs.empty()) {
+    os << "Every input is finite, so " << op << " made the first non-finite value";
+    if (output.dtype() == kFloat16)
+      os << " (float16 overflows to inf above 65504: keep this op in FP32 with amp::set_op_fp32, or scale its "
+            "inputs down)";
+    else
+      os << " (a division by zero, a log of 0, or an overflow of " << dtype_name(output.dtype()) << ")";
+  } else {
+    os << input_label(op, bad_inputs[0]) << " already held non-finite values: they did not come from an op "
+       << "seen in anomaly mode (a parameter, the data, or an op run before the guard)";
+  }
+  throw Error(os.str());
+}
+
+void check_backward_anomaly_incoming(const Node& node, const Tensor& grad_output) {
+  if (!grad_output.defined() || !is_floating(grad_output.dtype()) || !any_nonfinite(grad_output)) return;
+  const ValueSummary s = summarize_values(grad_output);
+  throw Error("anomaly mode: the gradient flowing into backward of " + node.name + " holds " + what_bad(s) + ": " +
+              describe_values(grad_output) +
+              ". Every backward step before it produced finite gradients, so either the gradient passed to "
+              "backward() was non-finite or the sum of this tensor's gradient contributions overflowed its dtype." +
+              kScalerNote);
+}
+
+void check_backward_anomaly_outputs(const Node& node, const Tensor& grad_output, const std::vector<Tensor>& grads) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    if (!g.defined() || !is_floating(g.dtype()) || !any_nonfinite(g)) continue;
+    const ValueSummary s = summarize_values(g);
+    std::ostringstream os;
+    os << "anomaly mode: backward of " << node.name << " produced " << what_bad(s) << " in "
+       << input_label(node.name, i) << ": " << describe_values(g) << "; from the finite incoming gradient "
+       << describe_values(grad_output) << "; forward " << describe_inputs(node.name, node.inputs) << "."
+       << kScalerNote;
+    throw Error(os.str());
+  }
+}
+
+}  // namespace halfgrad::autograd
