@@ -5,7 +5,8 @@
 // 1. Prints the policy table (amp/autocast.h) and the dtypes a conv -> batch norm -> relu chain
 //    produces inside an AutocastGuard: conv on the FP16 list, batch norm on the FP32 list.
 // 2. Backpropagates a small loss through an FP16 conv with and without GradScaler's factor 2^16 and
-//    counts the weight-gradient contributions that FP16 flushes to zero without it.
+//    shows the output gradient that FP16 flushes to zero without it, and the weight gradient that
+//    survives with it.
 #include <cmath>
 #include <cstdio>
 

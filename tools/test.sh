@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs what it needs, builds, and runs the whole suite with CTest.
-# CUDA tests (when built) report themselves as skipped, by name, on a machine without a GPU.
+# Tests whose data is absent (../shared/data/hippocampus, mricron-data) are reported as skipped, by name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/build.sh

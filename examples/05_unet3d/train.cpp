@@ -164,7 +164,8 @@ int run_train(const TrainArgs& a) {
   constexpr int64_t kMaxNonFiniteStreak = 50;  // GradScaler halves the scale each time: 2^16 -> 2^-34
   int64_t nonfinite_streak = 0;
   const auto t0 = Clock::now();
-  double best = -1;
+  double best = -1, last = -1;
+  int64_t best_epoch = 0, last_epoch = 0;
   for (int64_t epoch = 1; epoch <= r.epochs; ++epoch) {
     const auto te = Clock::now();
     double loss_sum = 0;
@@ -250,7 +251,8 @@ int run_train(const TrainArgs& a) {
                            {"class_names", data.class_names}, {"scaler", scaler.state_dict()},
                            {"optimizer", opt.state_dict()}, {"val_mean_dice", mean}};
     nn::save_checkpoint(a.out + "/checkpoint.bin", *model, meta);
-    if (do_val && mean > best) best = mean;
+    if (do_val) { last = mean; last_epoch = epoch; }
+    if (do_val && mean > best) { best = mean; best_epoch = epoch; }
     if (a.max_minutes > 0 && elapsed > a.max_minutes * 60) {
       std::cout << "stopping: --max-minutes " << a.max_minutes << " reached after epoch " << epoch << std::endl;
       break;
@@ -263,8 +265,9 @@ int run_train(const TrainArgs& a) {
     for (const std::string& f : files.files) std::cout << "precision report: " << f << std::endl;
     if (!files.note.empty()) std::cout << "precision report: " << files.note << std::endl;
   }
-  std::cout << "done in " << fmt(seconds_since(t0), 1) << " s; best validation mean Dice " << fmt(best)
-            << "; checkpoint " << a.out << "/checkpoint.bin, metrics " << a.out << "/metrics.csv" << std::endl;
+  std::cout << "done in " << fmt(seconds_since(t0), 1) << " s; validation mean Dice " << fmt(last) << " at epoch "
+            << last_epoch << " (the checkpoint's; best " << fmt(best) << " at epoch " << best_epoch << "); checkpoint "
+            << a.out << "/checkpoint.bin, metrics " << a.out << "/metrics.csv" << std::endl;
   return 0;
 }
 
