@@ -6,6 +6,7 @@
 
 #include "autograd/anomaly.h"
 #include "autograd/node.h"
+#include "core/nvtx.h"
 #include "core/error.h"
 
 namespace halfgrad::autograd {
@@ -53,6 +54,7 @@ Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs
   if (!needs_grad(inputs)) return output;
   auto node = std::make_shared<Node>();
   node->name = name;
+  if (nvtx_enabled()) node->nvtx_name = std::string("backward ") + name;
   node->inputs = inputs;
   node->backward = std::move(fn);
   node->output_shape = output.shape();
@@ -158,7 +160,11 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
                                   "if you need to backward twice");
     for (auto& [id, hook] : hooks()) hook(*node, g);
     if (anomaly) check_backward_anomaly_incoming(*node, g);
-    std::vector<Tensor> in_grads = node->backward(g);
+    std::vector<Tensor> in_grads;
+    {
+      NvtxRange nvtx_range(node->nvtx_name.c_str());
+      in_grads = node->backward(g);
+    }
     HG_CHECK(in_grads.size() == node->inputs.size(),
              "backward: op '" << node->name << "' returned " << in_grads.size() << " gradients for "
                               << node->inputs.size() << " inputs");

@@ -22,6 +22,7 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>
 
 struct Node {
   std::string name;            // op name, used in error messages ("conv3d")
+  std::string nvtx_name;       // "backward conv3d": the NVTX range around this node's backward
   std::vector<Tensor> inputs;  // the op's tensor inputs, in the order the closure returns grads
   BackwardFn backward;         // empty once the graph has been freed
   bool freed = false;

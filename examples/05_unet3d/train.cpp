@@ -22,6 +22,7 @@
 #include "amp/precision_report.h"
 #include "autograd/anomaly.h"
 #include "core/error.h"
+#include "core/nvtx.h"
 #include "examples/05_unet3d/data.h"
 #include "examples/05_unet3d/metrics.h"
 #include "nn/checkpoint.h"
@@ -181,6 +182,7 @@ int run_train(const TrainArgs& a) {
       opt.zero_grad();
       Tensor loss;
       {
+        NvtxRange nvtx_range("forward");
         amp::AutocastGuard autocast(mp.autocast);
         // The loss in FP32 at every level (O2/O3 logits are FP16; under O1 the loss is on autocast's
         // FP32 list anyway).
@@ -201,11 +203,18 @@ int run_train(const TrainArgs& a) {
       } else {
         nonfinite_streak = 0;
       }
-      scaler.scale(loss).backward();
+      {
+        NvtxRange nvtx_range("backward");
+        scaler.scale(loss).backward();
+      }
       if (grad_stats && global_step % a.grad_stats_every == 0)  // before step(): the grads still hold S * g
         grad_stats->write(global_step, amp::collect_grad_stats(model->named_parameters(), scaler.get_scale()));
       const double scale_used = scaler.get_scale();
-      const bool stepped = scaler.step(opt);
+      bool stepped;
+      {
+        NvtxRange nvtx_range("optimizer step");
+        stepped = scaler.step(opt);
+      }
       scaler.update();
       precision.record_step(global_step, scale_used, !stepped, scaler.get_scale());
       if (!stepped) ++skipped;
@@ -222,7 +231,10 @@ int run_train(const TrainArgs& a) {
     const double train_loss = counted ? loss_sum / counted : NAN;
     const bool do_val = epoch % r.val_every == 0 || epoch == r.epochs;
     std::vector<double> dice;
-    if (do_val) dice = validate(*model, data.val, data.num_classes, mp);
+    if (do_val) {
+      NvtxRange nvtx_range("validation");
+      dice = validate(*model, data.val, data.num_classes, mp);
+    }
     double mean = 0;
     for (double d : dice) mean += d;
     if (!dice.empty()) mean /= dice.size();

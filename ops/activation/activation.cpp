@@ -11,6 +11,7 @@
 
 #include <cstring>
 
+#include "core/nvtx.h"
 #include "ops/common.h"
 
 namespace halfgrad::ops {
@@ -48,6 +49,7 @@ Tensor masked_grad(const Tensor& gy, const Tensor& saved, F f) {
 }  // namespace
 
 Tensor relu(const Tensor& x) {
+  NvtxRange nvtx_range("relu");
   check_floating("relu", "input", x);
   // `v < 0 ? 0 : v` keeps NaN (as torch.relu does); the gradient is 0 at x == 0 (as PyTorch).
   Tensor y = dispatch_compute(x.dtype(), [&](auto tag) {
@@ -63,6 +65,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  NvtxRange nvtx_range("leaky_relu");
   check_floating("leaky_relu", "input", x);
   Tensor y = dispatch_compute(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -129,6 +132,7 @@ void cat_copy(const CatLayout& L, size_t elem, char* whole, const std::vector<ch
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  NvtxRange nvtx_range("cat");
   HG_CHECK(!xs.empty(), "cat: expected a non-empty list of tensors");
   for (size_t i = 0; i < xs.size(); ++i) {
     const std::string what = "tensor " + std::to_string(i);

@@ -8,6 +8,7 @@
 //   y  = dgrad_G(x, w) + b        dx = fprop_G(dy, w)        dw = wgrad_G(dy, x)        db = sums of dy
 #include "ops/conv/conv3d.h"
 
+#include "core/nvtx.h"
 #include "ops/common.h"
 #include "ops/conv/conv_gemm.h"
 
@@ -129,6 +130,7 @@ Tensor out_dtype(const Tensor& t, Dtype dt) { return t.defined() ? from_compute(
 }  // namespace
 
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dParams& p) {
+  NvtxRange nvtx_range("conv3d");
   const ConvGeometry g = check_and_plan("conv3d", x, w, b, p, /*transposed=*/false);
   const Dtype dt = conv_dtype(amp::OpKind::Conv3d, x, w, b);
   // Differentiable casts: under autocast an FP32 weight's gradient comes back through its FP16 copy
@@ -150,6 +152,7 @@ Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dPar
 }
 
 Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dParams& p) {
+  NvtxRange nvtx_range("conv_transpose3d");
   const ConvGeometry g = check_and_plan("conv_transpose3d", x, w, b, p, /*transposed=*/true);
   const Dtype dt = conv_dtype(amp::OpKind::ConvTranspose3d, x, w, b);
   const Tensor xc = autocast_cast(x, dt), wc = autocast_cast(w, dt), bc = b.defined() ? autocast_cast(b, dt) : Tensor();

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/nvtx.h"
 #include "ops/common.h"
 
 namespace halfgrad::ops {
@@ -201,6 +202,7 @@ std::string position_str(const Shape& s, int64_t flat) {
 }
 
 Tensor fused_loss(const LossSpec& spec, amp::OpKind kind, const Tensor& logits, const Tensor& target) {
+  NvtxRange nvtx_range(amp::op_kind_name(kind));
   const LossGeometry g = check_loss_args(spec.op, logits, target);
   const Dtype dt = amp::autocast_dtype(kind, {logits.dtype()});
   const Tensor xx = logits.to(dt);

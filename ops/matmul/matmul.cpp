@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 #include <vector>
 
+#include "core/nvtx.h"
 #include "ops/common.h"
 
 namespace halfgrad::ops {
@@ -103,6 +104,7 @@ Tensor out_dtype(const Tensor& t, Dtype dt) { return t.defined() ? from_compute(
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  NvtxRange nvtx_range("matmul");
   check_floating("matmul", "first operand", a);
   check_floating("matmul", "second operand", b);
   check_dim("matmul", "first operand", a, 2, "(M, K)");
@@ -125,6 +127,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  NvtxRange nvtx_range("linear");
   check_floating("linear", "input", x);
   check_floating("linear", "weight", w);
   if (b.defined()) check_floating("linear", "bias", b);

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/nvtx.h"
 #include "ops/common.h"
 
 namespace halfgrad::ops {
@@ -262,6 +263,7 @@ void check_norm_input(const char* op, const Tensor& x, const Tensor& weight, con
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, const BatchNormParams& p) {
+  NvtxRange nvtx_range("batch_norm");
   check_norm_input("batch_norm", x, weight, bias);
   check_channel_param("batch_norm", "running_mean", running_mean, x);
   check_channel_param("batch_norm", "running_var", running_var, x);
@@ -304,6 +306,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 }
 
 Tensor instance_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  NvtxRange nvtx_range("instance_norm");
   check_norm_input("instance_norm", x, weight, bias);
   const NormGeometry geo = geometry_of(x, /*per_sample=*/true);
   HG_CHECK(geo.group_size() > 1, "instance_norm: expected more than 1 spatial element per (sample, channel), got "

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/nvtx.h"
 #include "ops/common.h"
 
 namespace halfgrad::ops {
@@ -51,6 +52,7 @@ void pool_row_k2s2(const T* xin, int64_t row, int64_t w, int64_t hw, int64_t ow,
 }  // namespace
 
 Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride) {
+  NvtxRange nvtx_range("max_pool3d");
   check_floating("max_pool3d", "input", x);
   check_dim("max_pool3d", "input", x, 5, "(N, C, D, H, W)");
   const Shape& xs = x.shape();

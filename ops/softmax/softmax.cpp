@@ -16,6 +16,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 
+#include "core/nvtx.h"
 #include "ops/common.h"
 
 namespace halfgrad::ops {
@@ -165,6 +166,7 @@ void softmax_backward(const T* y, const T* dy, T* dx, const SoftmaxGeometry& g) 
 
 template <bool kLog>
 Tensor softmax_op(const char* op, amp::OpKind kind, const Tensor& x, int64_t dim) {
+  NvtxRange nvtx_range(op);
   check_floating(op, "input", x);
   const SoftmaxGeometry g = softmax_geometry(op, x, dim);
   const Dtype dt = amp::autocast_dtype(kind, {x.dtype()});
