@@ -4,6 +4,8 @@
 // ops compute in float. A Float16 op converts its inputs to float, computes with FP32 accumulation,
 // and rounds its output to half once (round-to-nearest-even): the numerics of an FP16 Tensor Core op.
 #pragma once
+#include <omp.h>
+
 #include <string>
 #include <vector>
 
@@ -42,6 +44,26 @@ decltype(auto) dispatch_compute(Dtype d, F&& f) {
   if (d == kFloat64) return f(double{});
   return f(float{});
 }
+
+/// Within its scope (when active), Eigen's GEMM runs on the calling thread. Outside an OpenMP team Eigen starts its
+// own for products above ~1e5 multiply-adds, and its workers spin-wait on each other many times per
+// product: when another process takes one of the two cores, each wait lasts a scheduler time slice
+// (a 0.1 ms product took 80 ms). The OpenMP thread count is per thread and restored on exit.
+class SerialEigen {
+ public:
+  explicit SerialEigen(bool active) : prev_(omp_get_max_threads()), active_(active) {
+    if (active_) omp_set_num_threads(1);
+  }
+  ~SerialEigen() {
+    if (active_) omp_set_num_threads(prev_);
+  }
+  SerialEigen(const SerialEigen&) = delete;
+  SerialEigen& operator=(const SerialEigen&) = delete;
+
+ private:
+  int prev_;
+  bool active_;
+};
 
 /// Number of worker threads ops use (OpenMP), and whether n elements of work are worth splitting.
 int num_threads();

@@ -56,26 +56,6 @@ Tiling plan_tiles(int64_t cols, int64_t rows, int64_t elem_bytes, bool parallel)
   return {cols, width, std::max<int64_t>(1, count)};
 }
 
-// Within its scope, Eigen's GEMM runs on the calling thread. Outside an OpenMP team Eigen starts its
-// own for products above ~1e5 multiply-adds, and its workers spin-wait on each other many times per
-// product: when another process takes one of the two cores, each wait lasts a scheduler time slice
-// (a 0.1 ms product took 80 ms). The OpenMP thread count is per thread and restored on exit.
-class SerialEigen {
- public:
-  explicit SerialEigen(bool active) : prev_(omp_get_max_threads()), active_(active) {
-    if (active_) omp_set_num_threads(1);
-  }
-  ~SerialEigen() {
-    if (active_) omp_set_num_threads(prev_);
-  }
-  SerialEigen(const SerialEigen&) = delete;
-  SerialEigen& operator=(const SerialEigen&) = delete;
-
- private:
-  int prev_;
-  bool active_;
-};
-
 // Per-thread scratch buffers, grown on demand and kept across calls (the OpenMP pool's threads live
 // as long as the process), so training steps do not re-allocate megabytes of column tiles.
 enum Slot { kColSlot, kRowsSlot, kAccSlot, kSlotCount };

@@ -27,24 +27,6 @@ enum class Trans { N, T };
 // About 10 us of work on one core: below it an OpenMP region costs more than it saves.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
 
-// Within its scope (when active) Eigen's GEMM runs on the calling thread: the OpenMP thread count it
-// reads is per thread, set to 1 here and restored on exit.
-class SerialEigen {
- public:
-  explicit SerialEigen(bool active) : prev_(omp_get_max_threads()), active_(active) {
-    if (active_) omp_set_num_threads(1);
-  }
-  ~SerialEigen() {
-    if (active_) omp_set_num_threads(prev_);
-  }
-  SerialEigen(const SerialEigen&) = delete;
-  SerialEigen& operator=(const SerialEigen&) = delete;
-
- private:
-  int prev_;
-  bool active_;
-};
-
 // C (m, n) = op(A) * op(B) in compute precision, op = identity or transpose; A and B are 2-D of one dtype.
 // Products of at least kMinParallelMacs multiply-adds have the longer side of C cut into one block per
 // thread, each a single-threaded Eigen GEMM inside our parallel loop; smaller ones run on the calling
