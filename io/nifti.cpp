@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -137,11 +138,45 @@ void peek_header(const std::string& path) {
                  << "); expected a real scalar type: uint8, int8, int16, uint16, int32, uint32, int64, uint64, float32 or float64");
 }
 
+// gzread does not report a gzip stream whose compressed input ends before its 8-byte trailer
+// (CRC-32 and length) once it has handed out all the data it asked for: a download cut in its last
+// bytes, or corrupt data without a trailer, would read as a valid volume. So a gzip file is also run
+// through inflate to the end of its first member, which must reach Z_STREAM_END (trailer checked).
+void verify_gzip_member(const std::string& path, const std::string& where) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  HG_CHECK(f != nullptr, where << "cannot open the file for reading; expected a readable .nii.gz file");
+  unsigned char magic[2] = {0, 0};
+  const bool gz = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  if (!gz) { std::fclose(f); return; }  // plain .nii data (gzopen reads it transparently)
+  std::rewind(f);
+  z_stream zs{};
+  HG_CHECK(inflateInit2(&zs, 16 + MAX_WBITS) == Z_OK, where << "zlib could not start inflating");
+  std::vector<unsigned char> in(size_t{1} << 16), out(size_t{1} << 16);
+  int ret = Z_OK;
+  while (ret != Z_STREAM_END) {
+    zs.avail_in = static_cast<uInt>(std::fread(in.data(), 1, in.size(), f));
+    if (zs.avail_in == 0) break;  // input ended before the stream did
+    zs.next_in = in.data();
+    do {
+      zs.avail_out = static_cast<uInt>(out.size());
+      zs.next_out = out.data();
+      ret = inflate(&zs, Z_NO_FLUSH);
+    } while (ret == Z_OK && zs.avail_out == 0);
+    if (ret != Z_OK && ret != Z_STREAM_END && ret != Z_BUF_ERROR) break;
+  }
+  const std::string msg = zs.msg ? zs.msg : (ret == Z_STREAM_END ? "" : "input ends before the gzip trailer");
+  inflateEnd(&zs);
+  std::fclose(f);
+  HG_CHECK(ret == Z_STREAM_END, where << "corrupt or truncated gzip stream (zlib: " << msg
+                                      << "); expected an intact .nii.gz file");
+}
+
 // Step 3a: the nvox * nbyper voxel bytes from iname_offset, in native byte order. Reads in chunks
 // so that a header claiming a huge volume costs only the bytes the file really holds.
 std::vector<unsigned char> read_voxel_bytes(const std::string& path, const nifti_image& nim) {
   const std::string where = "read_nifti: " + path + ": ";
   const uint64_t need = static_cast<uint64_t>(nim.nvox) * static_cast<uint64_t>(nim.nbyper);
+  verify_gzip_member(path, where);
   gzFile f = gzopen(path.c_str(), "rb");
   HG_CHECK(f != nullptr, where << "cannot open the file for reading; expected a readable .nii or .nii.gz file");
   std::vector<unsigned char> bytes;
@@ -155,16 +190,13 @@ std::vector<unsigned char> read_voxel_bytes(const std::string& path, const nifti
     bytes.resize(have + static_cast<size_t>(std::max(got, 0)));
     ok = got == static_cast<int>(chunk);
   }
-  // One more read reaches the end of a gzip stream, where zlib checks the CRC and length trailer.
+  // The gzip trailer was checked by verify_gzip_member; a read that stops short names zlib's reason.
   int zerr = Z_OK;
-  unsigned char probe;
-  if (ok && (gzread(f, &probe, 1) < 0 || (gzerror(f, &zerr), zerr != Z_OK && zerr != Z_STREAM_END))) {
-    const std::string zmsg = gzerror(f, &zerr);
-    gzclose(f);
-    HG_FAIL(where << "corrupt or truncated gzip stream (zlib: " << zmsg << ") after all " << need
-                  << " bytes of voxel data; expected an intact .nii.gz file");
-  }
+  const std::string zmsg = bytes.size() < need ? gzerror(f, &zerr) : "";
   gzclose(f);
+  HG_CHECK(zerr == Z_OK || zerr == Z_STREAM_END,
+           where << "corrupt or truncated gzip stream (zlib: " << zmsg << ") with " << bytes.size() << " of " << need
+                 << " bytes of voxel data read; expected an intact .nii.gz file");
   HG_CHECK(bytes.size() == need, where << "truncated or corrupt: " << bytes.size() << " bytes of voxel data from offset "
                                        << nim.iname_offset << "; expected " << need << " (" << nim.nvox << " voxels x "
                                        << nim.nbyper << " bytes)");

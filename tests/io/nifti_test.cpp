@@ -225,6 +225,17 @@ TEST_CASE("io nifti: truncated .nii and .nii.gz files are errors, never crashes"
       check_mentions(msg, {dir.file(name), "expected"});
     }
   }
+  // Cut inside the 8-byte gzip trailer (CRC-32, length) of a compressible volume: every voxel byte is
+  // still there, and gzread alone would not notice.
+  const std::vector<float> ramp(16 * 16 * 16, 3.0f);
+  write_raw_nifti(dir.file("trailer.nii.gz"), {3, 16, 16, 16}, NIFTI_TYPE_FLOAT32, ramp.data());
+  const std::string gz = read_bytes(dir.file("trailer.nii.gz"));
+  for (const size_t cut : {size_t{1}, size_t{4}, size_t{8}}) {
+    CAPTURE(cut);
+    write_bytes(dir.file("trailer.nii.gz"), gz.substr(0, gz.size() - cut));
+    check_mentions(error_message([&] { read_nifti(dir.file("trailer.nii.gz")); }),
+                   {dir.file("trailer.nii.gz"), "gzip", "expected an intact .nii.gz file"});
+  }
   write_raw_nifti(dir.file("cut.nii"), {3, 16, 16, 16}, NIFTI_TYPE_FLOAT32, values.data());
   write_bytes(dir.file("cut.nii"), read_bytes(dir.file("cut.nii")).substr(0, 352 + 100));
   check_mentions(error_message([&] { read_nifti(dir.file("cut.nii")); }),
