@@ -4,6 +4,8 @@
 // tools/golden/make_golden.py`), float16 and autocast dtypes, and the errors of ops/conv/conv3d.h.
 #include <doctest/doctest.h>
 
+#include "tests/check_error.h"
+
 #include <string>
 #include <vector>
 
@@ -129,18 +131,6 @@ void check_gradcheck(bool transposed, const ConvCase& cc, uint64_t seed) {
       },
       in);
   CHECK_MESSAGE(r.ok, r.report);
-}
-
-// Runs f, which must throw halfgrad::Error with every one of `parts` in its message.
-template <typename F>
-void check_error(F f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    FAIL_CHECK("no error thrown; expected one naming " << parts.front());
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& s : parts) CHECK_MESSAGE(msg.find(s) != std::string::npos, "'" << s << "' not in: " << msg);
-  }
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // ops/matmul/matmul.h.
 #include <doctest/doctest.h>
 
+#include "tests/check_error.h"
+
 #include <string>
 #include <vector>
 
@@ -18,17 +20,6 @@ using namespace halfgrad::testing;
 namespace {
 
 Tensor leaf(Tensor t) { return t.set_requires_grad(true); }
-
-template <typename F>
-void check_error(F f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    FAIL_CHECK("no error thrown; expected one naming " << parts.front());
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& s : parts) CHECK_MESSAGE(msg.find(s) != std::string::npos, "'" << s << "' not in: " << msg);
-  }
-}
 
 Tensor half_exact(const Tensor& t) { return t.cast_copy(kFloat16).cast_copy(kFloat32); }
 

@@ -2,6 +2,8 @@
 // `/usr/bin/python3 tools/golden/make_golden.py`), float16, ties, and the errors of max_pool3d.h.
 #include <doctest/doctest.h>
 
+#include "tests/check_error.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -13,21 +15,6 @@
 
 using namespace halfgrad;
 using namespace halfgrad::testing;
-
-namespace {
-
-template <typename F>
-void check_error(F f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    FAIL_CHECK("no error thrown; expected one naming " << parts.front());
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& s : parts) CHECK_MESSAGE(msg.find(s) != std::string::npos, "'" << s << "' not in: " << msg);
-  }
-}
-
-}  // namespace
 
 TEST_CASE("ops: max_pool3d float64 NCDHW gradcheck (small shapes)") {
   struct Case {
