@@ -1,4 +1,5 @@
 // engine.cpp - reverse-mode replay of the tape, and the autograd members of Tensor.
+#include "core/cuda/tensor_kernels.h"
 #include <algorithm>
 #include <map>
 #include <unordered_map>
@@ -115,6 +116,17 @@ static void accumulate(std::shared_ptr<TensorImpl>& slot, const Tensor& g, Dtype
   Tensor acc(slot);
   HG_CHECK(acc.dtype() == dtype, where << ": accumulated gradient is " << dtype_name(acc.dtype()) << " but the tensor is "
                                        << dtype_name(dtype) << " (was .grad replaced? call zero_grad before backward)");
+  HG_CHECK(acc.device() == g.device(), where << ": gradient on " << device_name(g.device()) << " for a tensor whose gradient is on "
+                                             << device_name(acc.device()));
+  if (acc.is_cuda()) {
+    Tensor gg = (g.dtype() == dtype ? g : g.cast_copy(dtype)).format_copy(acc.memory_format());
+    if (!leaf) {
+      acc = acc.clone();
+      slot = acc.impl_ptr();
+    }
+    cuda::accumulate(acc.raw_data(), gg.raw_data(), dtype, acc.numel());
+    return;
+  }
   if (leaf) {
     add_into(acc, g, acc);
   } else {

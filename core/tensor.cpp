@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "core/allocator.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/tensor_kernels.h"
 #include "core/error.h"
 
 namespace halfgrad {
@@ -30,10 +32,17 @@ int64_t shape_numel(const Shape& s) {
 
 const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
-// 64-byte alignment (a cache line, enough for any SIMD load), through the caching allocator.
-Storage::Storage(size_t nbytes) : data_(cpu_allocate(nbytes)), nbytes_(nbytes) {}
+// CPU: 64-byte alignment (a cache line, enough for any SIMD load), through the CPU caching allocator.
+// CUDA: through the CUDA caching allocator (core/cuda/runtime.h).
+Storage::Storage(size_t nbytes, Device device)
+    : data_(device == Device::CPU ? cpu_allocate(nbytes) : cuda::allocate(nbytes, "Tensor::empty")),
+      nbytes_(nbytes),
+      device_(device) {}
 
-Storage::~Storage() { cpu_free(data_, nbytes_); }
+Storage::~Storage() {
+  if (device_ == Device::CPU) cpu_free(data_, nbytes_);
+  else cuda::release(data_, nbytes_);
+}
 
 double Generator::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(engine_); }
 double Generator::normal() { return std::normal_distribution<double>(0.0, 1.0)(engine_); }
@@ -56,28 +65,34 @@ void Tensor::check_defined(const char* what) const {
   HG_CHECK(impl_ != nullptr, "Tensor::" << what << ": tensor is undefined (default-constructed)");
 }
 
-Tensor Tensor::empty(const Shape& shape, Dtype dtype) {
+Tensor Tensor::empty(const Shape& shape, Dtype dtype, Device device, MemoryFormat format) {
   for (int64_t e : shape) HG_CHECK(e >= 0, "Tensor::empty: negative extent in shape " << shape_str(shape));
   HG_CHECK(shape.size() <= 8, "Tensor::empty: shape " << shape_str(shape) << " has more than 8 dimensions");
+  HG_CHECK(format == MemoryFormat::Contiguous || shape.size() == 5,
+           "Tensor::empty: channels-last (NDHWC) needs a 5-D shape (N, C, D, H, W), got " << shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = dtype;
+  impl->device = device;
+  impl->memory_format = format;
   impl->numel = shape_numel(shape);
   size_t nbytes = 0;
   HG_CHECK(!__builtin_mul_overflow(static_cast<size_t>(impl->numel), dtype_size(dtype), &nbytes),
            "Tensor::empty: shape " << shape_str(shape) << " of " << dtype_name(dtype) << " needs more than 2^64 bytes");
-  impl->storage = std::make_shared<Storage>(nbytes);
+  impl->storage = std::make_shared<Storage>(nbytes, device);
   return Tensor(impl);
 }
 
-Tensor Tensor::zeros(const Shape& shape, Dtype dtype) {
-  Tensor t = empty(shape, dtype);
-  std::memset(t.raw_data(), 0, t.nbytes());  // all-zero bits is +0 in every dtype
+Tensor Tensor::zeros(const Shape& shape, Dtype dtype, Device device, MemoryFormat format) {
+  Tensor t = empty(shape, dtype, device, format);
+  // all-zero bits is +0 in every dtype
+  if (device == Device::CPU) std::memset(t.raw_data(), 0, t.nbytes());
+  else cuda::memset_async(t.raw_data(), 0, t.nbytes());
   return t;
 }
-Tensor Tensor::ones(const Shape& shape, Dtype dtype) { return full(shape, 1.0, dtype); }
-Tensor Tensor::full(const Shape& shape, double value, Dtype dtype) {
-  Tensor t = empty(shape, dtype);
+Tensor Tensor::ones(const Shape& shape, Dtype dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor Tensor::full(const Shape& shape, double value, Dtype dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
   t.fill_(value);
   return t;
 }
@@ -146,6 +161,10 @@ Device Tensor::device() const {
   check_defined("device");
   return impl_->device;
 }
+MemoryFormat Tensor::memory_format() const {
+  check_defined("memory_format");
+  return impl_->memory_format;
+}
 void* Tensor::raw_data() const {
   check_defined("raw_data");
   return impl_->storage->data();
@@ -153,6 +172,7 @@ void* Tensor::raw_data() const {
 
 double Tensor::item_at(int64_t i) const {
   HG_CHECK(i >= 0 && i < numel(), "Tensor::item_at: index " << i << " out of range for " << numel() << " elements");
+  if (device() == Device::CUDA || is_channels_last()) return copy_to(Device::CPU).format_copy(MemoryFormat::Contiguous).item_at(i);
   switch (dtype()) {
     case kFloat32: return data<float>()[i];
     case kFloat16: return half_bits_to_float(data<uint16_t>()[i]);
@@ -169,6 +189,7 @@ double Tensor::item() const {
 }
 
 std::vector<float> Tensor::to_float_vector() const {
+  if (device() == Device::CUDA || is_channels_last()) return copy_to(Device::CPU).format_copy(MemoryFormat::Contiguous).to_float_vector();
   std::vector<float> v(numel());
   if (dtype() == kFloat32) std::memcpy(v.data(), raw_data(), nbytes());
   else if (dtype() == kFloat16) half_to_float_array(data<uint16_t>(), v.data(), v.size());
@@ -177,15 +198,48 @@ std::vector<float> Tensor::to_float_vector() const {
 }
 
 std::vector<double> Tensor::to_double_vector() const {
+  if (device() == Device::CUDA || is_channels_last()) return copy_to(Device::CPU).format_copy(MemoryFormat::Contiguous).to_double_vector();
   std::vector<double> v(numel());
   for (int64_t i = 0; i < numel(); ++i) v[i] = item_at(i);
   return v;
 }
 
 Tensor Tensor::clone() const {
-  Tensor t = empty(shape(), dtype());
-  std::memcpy(t.raw_data(), raw_data(), nbytes());
-  t.impl_->memory_format = impl_->memory_format;
+  Tensor t = empty(shape(), dtype(), device(), memory_format());
+  if (device() == Device::CPU) std::memcpy(t.raw_data(), raw_data(), nbytes());
+  else cuda::copy_d2d(t.raw_data(), raw_data(), nbytes());
+  return t;
+}
+
+Tensor Tensor::copy_to(Device d) const {
+  check_defined("copy_to");
+  if (d == device()) return *this;
+  Tensor t = empty(shape(), dtype(), d, memory_format());
+  if (d == Device::CUDA) cuda::copy_h2d(t.raw_data(), raw_data(), nbytes());
+  else cuda::copy_d2h(t.raw_data(), raw_data(), nbytes());
+  return t;
+}
+
+// CPU twin of cuda::permute_channels: (N, R, Q) -> (N, Q, R) for any element size.
+static void permute_cpu(const char* src, char* dst, size_t es, int64_t N, int64_t R, int64_t Q) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t q = 0; q < Q; ++q) std::memcpy(dst + ((n * Q + q) * R + r) * es, src + ((n * R + r) * Q + q) * es, es);
+}
+
+Tensor Tensor::format_copy(MemoryFormat f) const {
+  check_defined("format_copy");
+  if (f == memory_format()) return *this;
+  HG_CHECK(dim() == 5, "Tensor::to(memory_format): channels-last (NDHWC) needs a 5-D tensor, got " << shape_str(shape()));
+  Tensor t = empty(shape(), dtype(), device(), f);
+  const int64_t N = shape()[0], C = shape()[1], S = shape()[2] * shape()[3] * shape()[4];
+  const bool to_cl = f == MemoryFormat::ChannelsLast3d;
+  if (device() == Device::CUDA) {
+    cuda::permute_channels(raw_data(), t.raw_data(), static_cast<int64_t>(dtype_size(dtype())), N, C, S, to_cl);
+  } else {
+    permute_cpu(static_cast<const char*>(raw_data()), static_cast<char*>(t.raw_data()), dtype_size(dtype()), N,
+                to_cl ? C : S, to_cl ? S : C);
+  }
   return t;
 }
 
@@ -204,8 +258,12 @@ Tensor Tensor::detach() const {
 Tensor Tensor::view_as_shape(const Shape& s) const {
   HG_CHECK(shape_numel(s) == numel(), "Tensor::view_as_shape: cannot view " << shape_str(shape()) << " as "
                                                                           << shape_str(s) << " (numel differs)");
-  Tensor t = detach();
+  // A view re-reads the buffer in logical order, so a channels-last tensor is made contiguous first
+  // (unless the shape is unchanged, which keeps its format).
+  const bool keep = s == shape();
+  Tensor t = (is_channels_last() && !keep) ? format_copy(MemoryFormat::Contiguous).detach() : detach();
   t.impl_->shape = s;
+  if (!keep) t.impl_->memory_format = MemoryFormat::Contiguous;
   return t;
 }
 
@@ -261,19 +319,36 @@ static void convert(const Tensor& src, const Tensor& dst) {
 }
 
 Tensor Tensor::cast_copy(Dtype d) const {
-  Tensor t = empty(shape(), d);
-  convert(*this, t);
+  Tensor t = empty(shape(), d, device(), memory_format());
+  if (device() == Device::CUDA) cuda::convert(raw_data(), dtype(), t.raw_data(), d, numel());
+  else convert(*this, t);
   return t;
 }
 
 void Tensor::copy_from(const Tensor& src) {
   HG_CHECK(src.numel() == numel(), "Tensor::copy_from: source " << shape_str(src.shape()) << " and destination "
                                                                << shape_str(shape()) << " differ in numel");
-  convert(src, *this);
+  Tensor s = src;
+  if (s.memory_format() != memory_format()) {
+    HG_CHECK(s.shape() == shape(), "Tensor::copy_from: memory formats differ, so the shapes must match; got "
+                                       << shape_str(s.shape()) << " and " << shape_str(shape()));
+    s = s.format_copy(memory_format());
+  }
+  if (s.device() != device()) s = s.copy_to(device());  // same dtype move, then convert on the destination
+  if (device() == Device::CUDA) {
+    if (s.is_same(*this) || s.raw_data() == raw_data()) return;
+    cuda::convert(s.raw_data(), s.dtype(), raw_data(), dtype(), numel());
+  } else {
+    convert(s, *this);
+  }
 }
 
 void Tensor::fill_(double value) {
   const int64_t n = numel();
+  if (device() == Device::CUDA) {
+    cuda::fill(raw_data(), dtype(), n, value);
+    return;
+  }
   switch (dtype()) {
     case kFloat32: { float* p = data<float>(); float v = static_cast<float>(value); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
     case kFloat16: { uint16_t* p = data<uint16_t>(); uint16_t v = float_to_half_bits(static_cast<float>(value)); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }

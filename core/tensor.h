@@ -8,8 +8,14 @@
 // buffer is always dense row-major in that order. The channels-last (NDHWC) form used by the CUDA
 // kernels is a separate physical layout recorded in `memory_format` (CPU ops require Contiguous).
 //
-// Device: CPU now; the Device field is where CUDA storage will be added. An op given a tensor on a
-// device it does not support throws, naming the op.
+// Device: CPU or CUDA (core/cuda/runtime.h). A CUDA tensor's buffer is device memory from the CUDA
+// caching allocator; data<T>() then returns a device pointer (for kernels), and the element accessors
+// (item, to_float_vector, ...) copy to the host first. `to(Device)` moves a tensor (differentiable).
+//
+// Memory format: the shape is always the logical (N, C, D, H, W); `memory_format` says how the buffer
+// orders it. Contiguous = NCDHW row-major; ChannelsLast3d = NDHWC (channel fastest, PyTorch's
+// channels_last_3d), only for 5-D tensors. CUDA ops accept both and keep the input's format; CPU ops
+// need Contiguous and say so. `to(MemoryFormat)` converts (differentiable).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -38,20 +44,22 @@ const char* device_name(Device d);
 
 enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast3d };
 
-/// Owned, 64-byte aligned bytes.
+/// Owned bytes: 64-byte aligned host memory, or 256-byte aligned device memory (CUDA caching allocator).
 class Storage {
  public:
-  explicit Storage(size_t nbytes);
+  explicit Storage(size_t nbytes, Device device = Device::CPU);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data() { return data_; }
   const void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
+  Device device_ = Device::CPU;
 };
 
 struct TensorImpl {
@@ -95,11 +103,13 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // ---- factories ----------------------------------------------------------------------------
-  /// Uninitialised CPU tensor.
-  static Tensor empty(const Shape& shape, Dtype dtype = kFloat32);
-  static Tensor zeros(const Shape& shape, Dtype dtype = kFloat32);
-  static Tensor ones(const Shape& shape, Dtype dtype = kFloat32);
-  static Tensor full(const Shape& shape, double value, Dtype dtype = kFloat32);
+  /// Uninitialised tensor on `device`. ChannelsLast3d needs a 5-D shape (throws otherwise).
+  static Tensor empty(const Shape& shape, Dtype dtype = kFloat32, Device device = Device::CPU,
+                      MemoryFormat format = MemoryFormat::Contiguous);
+  static Tensor zeros(const Shape& shape, Dtype dtype = kFloat32, Device device = Device::CPU,
+                      MemoryFormat format = MemoryFormat::Contiguous);
+  static Tensor ones(const Shape& shape, Dtype dtype = kFloat32, Device device = Device::CPU);
+  static Tensor full(const Shape& shape, double value, Dtype dtype = kFloat32, Device device = Device::CPU);
   /// A 0-d tensor holding `value`.
   static Tensor scalar(double value, Dtype dtype = kFloat32);
   /// Copies `values` (numel must match the shape) and converts to `dtype` (half rounds to nearest even).
@@ -120,22 +130,27 @@ class Tensor {
   int64_t numel() const;
   Dtype dtype() const;
   Device device() const;
+  bool is_cuda() const { return device() == Device::CUDA; }
+  MemoryFormat memory_format() const;
+  bool is_channels_last() const { return memory_format() == MemoryFormat::ChannelsLast3d; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   /// True when both handles point at the same TensorImpl.
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
 
-  // ---- data access (CPU) ------------------------------------------------------------------------
-  /// Typed pointer; T must match the dtype: float, double, int64_t, or uint16_t for Float16.
+  // ---- data access ------------------------------------------------------------------------------
+  /// Typed pointer to the buffer (a device pointer for CUDA tensors, in the physical memory format);
+  /// T must match the dtype: float, double, int64_t, or uint16_t for Float16.
   template <typename T>
   T* data() const;
   void* raw_data() const;
-  /// Element i (flat index) converted to double; for tests and printing.
+  /// Element i (flat index in the logical NCDHW order) converted to double; for tests and printing.
+  /// On a CUDA tensor each call copies to the host: use to_double_vector for many elements.
   double item_at(int64_t i) const;
   /// The single value of a 1-element tensor, as double.
   double item() const;
-  /// All values converted to float / double.
+  /// All values converted to float / double, in logical (NCDHW) order, copied to the host if needed.
   std::vector<float> to_float_vector() const;
   std::vector<double> to_double_vector() const;
 
@@ -148,8 +163,11 @@ class Tensor {
   Tensor view_as_shape(const Shape& shape) const;
   /// Non-differentiable dtype conversion (copy); ops::to / Tensor::to is the differentiable one.
   Tensor cast_copy(Dtype dtype) const;
-  /// Copy `src` (same numel) into this tensor's storage, converting dtype.
+  /// Copy `src` (same numel) into this tensor's storage, converting dtype, device and memory format.
   void copy_from(const Tensor& src);
+  /// Non-differentiable copies to another device / memory format (the identity returns *this).
+  Tensor copy_to(Device device) const;
+  Tensor format_copy(MemoryFormat format) const;
   void fill_(double value);
   void zero_() { fill_(0.0); }
 
@@ -169,6 +187,13 @@ class Tensor {
 
   /// Differentiable dtype conversion (defined in ops/cast.cpp); the identity when dtype matches.
   Tensor to(Dtype dtype) const;
+  /// Differentiable device move (ops/cast.cpp): the gradient is moved back. Identity on the same device.
+  Tensor to(Device device) const;
+  Tensor cuda() const { return to(Device::CUDA); }
+  Tensor cpu() const { return to(Device::CPU); }
+  /// Differentiable memory-format conversion (ops/cast.cpp); identity when already in `format`.
+  Tensor to(MemoryFormat format) const;
+  Tensor contiguous() const { return to(MemoryFormat::Contiguous); }
 
  private:
   void check_defined(const char* what) const;

@@ -1,4 +1,6 @@
-// cast.cpp - the differentiable dtype conversion, Tensor::to(dtype).
+// cast.cpp - the differentiable conversions: Tensor::to(dtype), to(Device), to(MemoryFormat).
+//   to(Device):        y = x on the other device;      dx = dy moved back.
+//   to(MemoryFormat):  y = x with the other layout;    dx = dy converted back to x's layout.
 //   forward:  y = round_to(dtype, x)      (half: round to nearest even, >= 65520 -> inf)
 //   backward: dx = convert(dy, x.dtype)   (the cast's Jacobian is the identity)
 // Under autocast the FP16 copies of FP32 weights are made by this op, so the weights' gradients come
@@ -15,7 +17,7 @@ namespace halfgrad {
 namespace ops {
 
 Tensor autocast_cast(const Tensor& x, Dtype dt) {
-  check_input("autocast_cast", "input", x);
+  HG_CHECK(x.defined(), "autocast_cast: input is an undefined tensor");
   if (x.dtype() == dt) return x;
   // PyTorch's rule (cached_cast): only FP32 leaves that require grad - the model's weights - cast to
   // the lower-precision dtype. Under NoGradGuard the cast has no tape node, so caching it would give
@@ -35,7 +37,7 @@ Tensor autocast_cast(const Tensor& x, Dtype dt) {
 }  // namespace ops
 
 Tensor Tensor::to(Dtype d) const {
-  ops::check_input("to", "input", *this);
+  HG_CHECK(defined(), "to: input is an undefined tensor");
   if (dtype() == d) return *this;
   HG_CHECK(is_floating(d) || !requires_grad(), "to: cannot cast a tensor that requires grad to " << dtype_name(d));
   Tensor y = cast_copy(d);
@@ -44,6 +46,26 @@ Tensor Tensor::to(Dtype d) const {
   return autograd::record("to", y, {*this}, [src](const Tensor& gy) -> std::vector<Tensor> {
     if (gy.dtype() != src) amp::count_cast(gy.dtype(), src, gy.numel(), amp::CastPass::Backward);
     return {gy.cast_copy(src)};
+  });
+}
+
+Tensor Tensor::to(Device dev) const {
+  HG_CHECK(defined(), "to(device): input is an undefined tensor");
+  if (device() == dev) return *this;
+  Tensor y = copy_to(dev);
+  const Device src = device();
+  return autograd::record("to_device", y, {*this}, [src](const Tensor& gy) -> std::vector<Tensor> {
+    return {gy.copy_to(src)};
+  });
+}
+
+Tensor Tensor::to(MemoryFormat f) const {
+  HG_CHECK(defined(), "to(memory_format): input is an undefined tensor");
+  if (memory_format() == f) return *this;
+  Tensor y = format_copy(f);
+  const MemoryFormat src = memory_format();
+  return autograd::record("to_memory_format", y, {*this}, [src](const Tensor& gy) -> std::vector<Tensor> {
+    return {gy.format_copy(src)};
   });
 }
 

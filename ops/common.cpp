@@ -7,7 +7,31 @@ namespace halfgrad::ops {
 void check_input(const char* op, const char* what, const Tensor& t) {
   HG_CHECK(t.defined(), op << ": " << what << " is an undefined tensor");
   HG_CHECK(t.device() == Device::CPU, op << ": " << what << " is on " << device_name(t.device())
-                                         << "; this build's " << op << " runs on the CPU only");
+                                         << "; " << op << " runs on the CPU only");
+  HG_CHECK(!t.is_channels_last(), op << ": " << what << " " << shape_str(t.shape())
+                                     << " is channels-last (NDHWC) on the CPU; CPU ops read NCDHW: call .contiguous()");
+}
+
+void check_tensor(const char* op, const char* what, const Tensor& t) {
+  HG_CHECK(t.defined(), op << ": " << what << " is an undefined tensor");
+  if (t.device() == Device::CPU) {
+    HG_CHECK(!t.is_channels_last(), op << ": " << what << " " << shape_str(t.shape())
+                                       << " is channels-last (NDHWC) on the CPU; CPU ops read NCDHW: call .contiguous()");
+  } else {
+    HG_CHECK(t.dtype() != kFloat64, op << ": " << what << " " << shape_str(t.shape())
+                                       << " is float64 on cuda; CUDA ops take float32 or float16 (run float64 on the CPU)");
+  }
+}
+
+void check_floating_tensor(const char* op, const char* what, const Tensor& t) {
+  check_tensor(op, what, t);
+  HG_CHECK(is_floating(t.dtype()), op << ": " << what << " must be a floating-point tensor, got "
+                                      << dtype_name(t.dtype()) << " of shape " << shape_str(t.shape()));
+}
+
+void check_same_device(const char* op, const char* what_a, const Tensor& a, const char* what_b, const Tensor& b) {
+  HG_CHECK(a.device() == b.device(), op << ": " << what_b << " is on " << device_name(b.device()) << " but " << what_a
+                                        << " is on " << device_name(a.device()) << "; move both to one device with .to(Device)");
 }
 
 void check_floating(const char* op, const char* what, const Tensor& t) {

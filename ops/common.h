@@ -16,10 +16,18 @@
 
 namespace halfgrad::ops {
 
-/// Throws "<op>: <what> is undefined / on cuda / not floating" as appropriate.
+/// For ops (or paths) that run on the CPU only: throws "<op>: <what> is undefined / on cuda / channels-last".
 void check_input(const char* op, const char* what, const Tensor& t);
 /// Same, and requires a floating dtype.
 void check_floating(const char* op, const char* what, const Tensor& t);
+
+/// For ops with both a CPU and a CUDA path: defined; on the CPU also contiguous (NCDHW) - CPU kernels
+/// read NCDHW only - and on CUDA float32 / float16 / int64 (no float64 kernels; gradcheck runs on the CPU).
+void check_tensor(const char* op, const char* what, const Tensor& t);
+/// check_tensor, and a floating dtype.
+void check_floating_tensor(const char* op, const char* what, const Tensor& t);
+/// Throws "<op>: <what_b> is on cuda but <what_a> is on cpu" unless both live on one device.
+void check_same_device(const char* op, const char* what_a, const Tensor& a, const char* what_b, const Tensor& b);
 /// Throws unless t.dim() == d ("<op>: <what> must be 5-D (N, C, D, H, W), got [..]").
 void check_dim(const char* op, const char* what, const Tensor& t, int64_t d, const char* layout);
 

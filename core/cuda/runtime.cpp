@@ -1,0 +1,222 @@
+// runtime.cpp - the CUDA runtime of runtime.h: one device, one stream, a caching allocator.
+// Compiled only in a CUDA build (HALFGRAD_CUDA); core/cuda/runtime_stub.cpp stands in otherwise.
+#include "core/cuda/runtime.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "core/cuda/check.cuh"
+#include "core/error.h"
+
+namespace halfgrad::cuda {
+
+void throw_cuda_error(const char* op, const char* call, cudaError_t err) {
+  std::ostringstream os;
+  os << op << ": " << call << " failed: " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ")";
+  throw Error(os.str());
+}
+
+bool compiled() { return true; }
+
+namespace {
+
+struct DeviceState {
+  bool available = false;
+  std::string why;
+  cudaDeviceProp prop{};
+  cudaStream_t stream = nullptr;
+};
+
+DeviceState& state() {
+  static DeviceState* s = [] {
+    auto* st = new DeviceState();  // never destroyed: tensors may be freed during static destruction
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      st->why = std::string("no usable CUDA driver/device: ") + cudaGetErrorString(e);
+      cudaGetLastError();  // clear the sticky-free error so later calls are not confused by it
+    } else if (n == 0) {
+      st->why = "no CUDA device";
+    } else {
+      int dev = 0;
+      cudaGetDevice(&dev);
+      cudaGetDeviceProperties(&st->prop, dev);
+      st->available = true;
+    }
+    return st;
+  }();
+  return *s;
+}
+
+DeviceState& need_device(const char* op) {
+  DeviceState& s = state();
+  HG_CHECK(s.available, op << ": CUDA is not available (" << s.why << ")");
+  return s;
+}
+
+// Rounding: 512 B granules below 1 MiB, 2 MiB granules above. Same-size reuse only (no splitting):
+// a training step asks for the same sizes every step, so after the first step every request hits.
+size_t rounded(size_t n) {
+  if (n == 0) n = 1;
+  constexpr size_t kSmall = 512, kLarge = size_t{2} << 20, kSplit = size_t{1} << 20;
+  return n < kSplit ? (n + kSmall - 1) / kSmall * kSmall : (n + kLarge - 1) / kLarge * kLarge;
+}
+
+struct Cache {
+  std::mutex mu;
+  std::multimap<size_t, void*> free_blocks;
+  AllocatorStats stats;
+};
+Cache& cache() {
+  static Cache* c = new Cache();
+  return *c;
+}
+
+void free_cached_locked(Cache& c) {
+  for (auto& kv : c.free_blocks) {
+    cudaFree(kv.second);
+    c.stats.reserved_bytes -= kv.first;
+  }
+  c.free_blocks.clear();
+}
+
+// Pinned staging for host-to-device copies, so copy_h2d can return before the DMA finishes and the
+// caller may reuse its buffer. Grown on demand; a copy waits for the previous user of the buffer.
+struct Staging {
+  std::mutex mu;
+  void* buf = nullptr;
+  size_t size = 0;
+  cudaEvent_t done = nullptr;
+};
+Staging& staging() {
+  static Staging* s = new Staging();
+  return *s;
+}
+
+}  // namespace
+
+bool is_available() { return state().available; }
+
+std::string device_description() {
+  DeviceState& s = state();
+  if (!s.available) return "CUDA unavailable: " + s.why;
+  std::ostringstream os;
+  os << s.prop.name << " (sm_" << s.prop.major << s.prop.minor << ", " << s.prop.multiProcessorCount << " SMs, "
+     << static_cast<double>(s.prop.totalGlobalMem) / (1 << 30) << " GiB)";
+  return os.str();
+}
+
+int sm_count() { return need_device("cuda::sm_count").prop.multiProcessorCount; }
+int compute_capability() {
+  const auto& p = need_device("cuda::compute_capability").prop;
+  return p.major * 10 + p.minor;
+}
+
+cudaStream_t stream() {
+  DeviceState& s = need_device("cuda::stream");
+  if (!s.stream) HG_CUDA_CHECK("cuda::stream", cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  return s.stream;
+}
+
+void* allocate(size_t nbytes, const char* op) {
+  need_device(op);
+  const size_t size = rounded(nbytes);
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.free_blocks.find(size);
+  void* p = nullptr;
+  if (it != c.free_blocks.end()) {
+    p = it->second;
+    c.free_blocks.erase(it);
+    ++c.stats.hits;
+  } else {
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      free_cached_locked(c);  // give back every cached block, then try once more
+      e = cudaMalloc(&p, size);
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      HG_FAIL(op << ": out of CUDA memory allocating " << nbytes << " bytes (" << c.stats.allocated_bytes
+                 << " bytes live, " << c.stats.reserved_bytes << " reserved): " << cudaGetErrorString(e));
+    }
+    ++c.stats.cuda_malloc_calls;
+    c.stats.reserved_bytes += size;
+  }
+  c.stats.allocated_bytes += size;
+  if (c.stats.allocated_bytes > c.stats.peak_allocated_bytes) c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
+  return p;
+}
+
+void release(void* ptr, size_t nbytes) {
+  if (!ptr) return;
+  Cache& c = cache();
+  const size_t size = rounded(nbytes);
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.free_blocks.emplace(size, ptr);
+  c.stats.allocated_bytes -= size;
+}
+
+AllocatorStats allocator_stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+void reset_peak_stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
+}
+void empty_cache() {
+  if (!is_available()) return;
+  synchronize("cuda::empty_cache");
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  free_cached_locked(c);
+}
+
+void copy_h2d(void* dst, const void* src, size_t nbytes) {
+  if (nbytes == 0) return;
+  Staging& st = staging();
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (!st.done) HG_CUDA_CHECK("cuda::copy_h2d", cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
+  HG_CUDA_CHECK("cuda::copy_h2d", cudaEventSynchronize(st.done));  // the previous copy has left the buffer
+  if (st.size < nbytes) {
+    if (st.buf) HG_CUDA_CHECK("cuda::copy_h2d", cudaFreeHost(st.buf));
+    st.buf = nullptr;
+    st.size = 0;
+    HG_CUDA_CHECK("cuda::copy_h2d", cudaMallocHost(&st.buf, nbytes));
+    st.size = nbytes;
+  }
+  std::memcpy(st.buf, src, nbytes);
+  HG_CUDA_CHECK("cuda::copy_h2d", cudaMemcpyAsync(dst, st.buf, nbytes, cudaMemcpyHostToDevice, stream()));
+  HG_CUDA_CHECK("cuda::copy_h2d", cudaEventRecord(st.done, stream()));
+}
+
+void copy_d2h(void* dst, const void* src, size_t nbytes) {
+  if (nbytes == 0) return;
+  HG_CUDA_CHECK("cuda::copy_d2h", cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream()));
+  HG_CUDA_CHECK("cuda::copy_d2h", cudaStreamSynchronize(stream()));
+}
+
+void copy_d2d(void* dst, const void* src, size_t nbytes) {
+  if (nbytes == 0) return;
+  HG_CUDA_CHECK("cuda::copy_d2d", cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream()));
+}
+
+void memset_async(void* dst, int byte, size_t nbytes) {
+  if (nbytes == 0) return;
+  HG_CUDA_CHECK("cuda::memset", cudaMemsetAsync(dst, byte, nbytes, stream()));
+}
+
+void synchronize(const char* what) {
+  HG_CUDA_CHECK(what, cudaStreamSynchronize(stream()));
+}
+
+}  // namespace halfgrad::cuda

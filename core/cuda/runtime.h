@@ -1,0 +1,62 @@
+// runtime.h - the CUDA device runtime halfgrad's GPU tensors stand on, in plain C++ (no CUDA types),
+// so that every layer can ask for device memory and copies without including CUDA headers.
+//
+// One device (the current one, 0 unless CUDA_VISIBLE_DEVICES says otherwise) and one stream: every
+// kernel halfgrad launches, every copy and every allocation is ordered on `cuda::stream()` (declared
+// in check.cuh). One stream keeps the caching allocator simple and correct: a block freed by the host
+// while kernels still read it is only handed to kernels queued after those, on the same stream. It is
+// also the stream a CUDA graph captures later.
+//
+// Caching allocator: `allocate` rounds the request (512 B below 1 MiB, 2 MiB above) and serves it from
+// blocks freed earlier of the same rounded size; only a miss calls cudaMalloc. On cudaMalloc failure the
+// cache is emptied and the call retried once, then halfgrad::Error names the request and the totals.
+// Stats mirror torch.cuda.memory_allocated / max_memory_allocated / memory_reserved.
+//
+// In a build without CUDA (HALFGRAD_CUDA undefined) compiled() and is_available() are false and every
+// other function throws halfgrad::Error("... halfgrad was built without CUDA").
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace halfgrad::cuda {
+
+/// True when this build has the CUDA backend.
+bool compiled();
+/// True when the backend is compiled and a CUDA device can be used (driver present, >= 1 device).
+bool is_available();
+/// "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)", or why CUDA is unavailable.
+std::string device_description();
+/// Multiprocessor count and compute capability (major*10+minor) of the current device.
+int sm_count();
+int compute_capability();
+
+/// Device memory of at least `nbytes` (256-byte aligned), from the cache or cudaMalloc. `op` names the
+/// caller in the out-of-memory error. Never null (nbytes 0 gives a valid 512-byte block).
+void* allocate(size_t nbytes, const char* op = "cuda::allocate");
+/// Returns a block from allocate (same nbytes) to the cache.
+void release(void* ptr, size_t nbytes);
+
+/// Copies ordered on the stream. Host-to-device and device-to-device return once queued (the host
+/// buffer of h2d is copied into a pinned staging buffer first, so it may be reused at once);
+/// device-to-host waits until the bytes are on the host.
+void copy_h2d(void* dst, const void* src, size_t nbytes);
+void copy_d2h(void* dst, const void* src, size_t nbytes);
+void copy_d2d(void* dst, const void* src, size_t nbytes);
+void memset_async(void* dst, int byte, size_t nbytes);
+/// Waits for all work queued on the stream; an asynchronous kernel fault surfaces here, named with `what`.
+void synchronize(const char* what = "cuda::synchronize");
+
+struct AllocatorStats {
+  size_t allocated_bytes = 0;       // handed out, live (rounded sizes)
+  size_t peak_allocated_bytes = 0;  // since the last reset_peak_stats
+  size_t reserved_bytes = 0;        // from cudaMalloc, live + cached
+  size_t cuda_malloc_calls = 0;     // misses since start: flat once training is in steady state
+  size_t hits = 0;
+};
+AllocatorStats allocator_stats();
+void reset_peak_stats();
+/// cudaFree every cached block.
+void empty_cache();
+
+}  // namespace halfgrad::cuda

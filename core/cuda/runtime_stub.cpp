@@ -1,0 +1,29 @@
+// runtime_stub.cpp - runtime.h in a build without CUDA: nothing is available, every use says why.
+#include "core/cuda/runtime.h"
+
+#include "core/error.h"
+
+namespace halfgrad::cuda {
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  HG_FAIL(what << ": halfgrad was built without CUDA (no CUDA toolkit was found at configure time)");
+}
+}  // namespace
+
+bool compiled() { return false; }
+bool is_available() { return false; }
+std::string device_description() { return "CUDA unavailable: halfgrad was built without CUDA"; }
+int sm_count() { no_cuda("cuda::sm_count"); }
+int compute_capability() { no_cuda("cuda::compute_capability"); }
+void* allocate(size_t, const char* op) { no_cuda(op); }
+void release(void*, size_t) {}
+void copy_h2d(void*, const void*, size_t) { no_cuda("cuda::copy_h2d"); }
+void copy_d2h(void*, const void*, size_t) { no_cuda("cuda::copy_d2h"); }
+void copy_d2d(void*, const void*, size_t) { no_cuda("cuda::copy_d2d"); }
+void memset_async(void*, int, size_t) { no_cuda("cuda::memset"); }
+void synchronize(const char* what) { no_cuda(what); }
+AllocatorStats allocator_stats() { return {}; }
+void reset_peak_stats() {}
+void empty_cache() {}
+
+}  // namespace halfgrad::cuda

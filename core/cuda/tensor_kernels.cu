@@ -1,0 +1,173 @@
+// tensor_kernels.cu - core's CUDA kernels (see tensor_kernels.h).
+//   fill / convert / accumulate / count_nonfinite: one thread per element, grid-stride loops.
+//   permute_channels: a 32x32 tile of the (C, S) matrix of one sample goes through shared memory so
+//   that both the read and the write are coalesced (the classic transpose; the row is padded by one
+//   element so that the column reads of the tile hit 32 different banks).
+// Precision: conversions round to nearest even (__float2half_rn); f64 -> f16 goes through f32 like
+// the CPU path (tensor.cpp) and PyTorch.
+#include "core/cuda/check.cuh"
+#include "core/cuda/tensor_kernels.h"
+
+namespace halfgrad::cuda {
+namespace {
+
+template <typename T>
+__device__ __forceinline__ double load_as_double(const T* p, int64_t i) { return static_cast<double>(p[i]); }
+template <>
+__device__ __forceinline__ double load_as_double<__half>(const __half* p, int64_t i) { return __half2float(p[i]); }
+template <typename T>
+__device__ __forceinline__ void store_from_double(T* p, int64_t i, double v) { p[i] = static_cast<T>(v); }
+template <>
+__device__ __forceinline__ void store_from_double<__half>(__half* p, int64_t i, double v) {
+  p[i] = __float2half_rn(static_cast<float>(v));
+}
+
+template <typename T>
+__global__ void fill_kernel(T* p, int64_t n, T v) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = v;
+}
+
+template <typename S, typename D>
+__global__ void convert_kernel(const S* s, D* d, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    store_from_double(d, i, load_as_double(s, i));
+}
+// The hot pair (autocast casts) without the detour through double.
+__global__ void f32_to_f16_kernel(const float* s, __half* d, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    d[i] = __float2half_rn(s[i]);
+}
+__global__ void f16_to_f32_kernel(const __half* s, float* d, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    d[i] = __half2float(s[i]);
+}
+
+constexpr int kTile = 32;
+// src (N, R, Q) -> dst (N, Q, R): one block moves a 32x32 tile; blockDim = (32, 8).
+template <typename T>
+__global__ void transpose_kernel(const T* src, T* dst, int64_t R, int64_t Q) {
+  __shared__ T tile[kTile][kTile + 1];  // +1: column reads land in 32 different banks
+  const int64_t n = blockIdx.z;
+  const int64_t q0 = int64_t(blockIdx.x) * kTile, r0 = int64_t(blockIdx.y) * kTile;
+  const T* s = src + n * R * Q;
+  T* d = dst + n * R * Q;
+  for (int j = threadIdx.y; j < kTile; j += blockDim.y) {
+    const int64_t r = r0 + j, q = q0 + threadIdx.x;
+    if (r < R && q < Q) tile[j][threadIdx.x] = s[r * Q + q];
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < kTile; j += blockDim.y) {
+    const int64_t q = q0 + j, r = r0 + threadIdx.x;
+    if (r < R && q < Q) d[q * R + r] = tile[threadIdx.x][j];
+  }
+}
+
+template <typename T>
+__global__ void accumulate_kernel(T* d, const T* s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    d[i] = from_float<T>(to_float(d[i]) + to_float(s[i]));
+}
+__global__ void accumulate_f64_kernel(double* d, const double* s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) d[i] += s[i];
+}
+
+template <typename T>
+__global__ void nonfinite_kernel(const T* p, int64_t n, unsigned long long* count) {
+  unsigned long long local = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    if (!isfinite(load_as_double(p, i))) ++local;
+  if (local) atomicAdd(count, local);
+}
+
+template <typename F>
+void dispatch(Dtype d, F&& f) {
+  switch (d) {
+    case kFloat32: f(float{}); break;
+    case kFloat16: f(__half{}); break;
+    case kFloat64: f(double{}); break;
+    case kInt64: f(int64_t{}); break;
+  }
+}
+
+}  // namespace
+
+void fill(void* p, Dtype dtype, int64_t n, double value) {
+  if (n == 0) return;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T v;
+    if constexpr (std::is_same_v<T, __half>) v = __float2half_rn(static_cast<float>(value));
+    else v = static_cast<T>(value);
+    fill_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<T*>(p), n, v);
+  });
+  HG_CUDA_LAUNCH_CHECK("fill_");
+}
+
+void convert(const void* src, Dtype sd, void* dst, Dtype dd, int64_t n) {
+  if (n == 0) return;
+  if (sd == dd) {
+    copy_d2d(dst, src, static_cast<size_t>(n) * dtype_size(sd));
+    return;
+  }
+  if (sd == kFloat32 && dd == kFloat16) {
+    f32_to_f16_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<const float*>(src), static_cast<__half*>(dst), n);
+  } else if (sd == kFloat16 && dd == kFloat32) {
+    f16_to_f32_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<const __half*>(src), static_cast<float*>(dst), n);
+  } else {
+    dispatch(sd, [&](auto s) {
+      dispatch(dd, [&](auto d) {
+        using S = decltype(s);
+        using D = decltype(d);
+        convert_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
+      });
+    });
+  }
+  HG_CUDA_LAUNCH_CHECK("cast");
+}
+
+void permute_channels(const void* src, void* dst, int64_t elem_bytes, int64_t N, int64_t C, int64_t S,
+                      bool to_channels_last) {
+  if (N * C * S == 0) return;
+  const int64_t R = to_channels_last ? C : S, Q = to_channels_last ? S : C;
+  HG_CHECK(N <= 65535, "permute_channels: batch " << N << " exceeds 65535");
+  dim3 grid(static_cast<unsigned>((Q + kTile - 1) / kTile), static_cast<unsigned>((R + kTile - 1) / kTile),
+            static_cast<unsigned>(N));
+  HG_CHECK((R + kTile - 1) / kTile <= 65535, "permute_channels: " << R << " rows exceed the grid limit");
+  dim3 block(kTile, 8);
+  switch (elem_bytes) {
+    case 2: transpose_kernel<<<grid, block, 0, stream()>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), R, Q); break;
+    case 4: transpose_kernel<<<grid, block, 0, stream()>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), R, Q); break;
+    case 8: transpose_kernel<<<grid, block, 0, stream()>>>(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), R, Q); break;
+    default: HG_FAIL("permute_channels: element size " << elem_bytes << " is not 2, 4 or 8");
+  }
+  HG_CUDA_LAUNCH_CHECK("to(memory_format)");
+}
+
+void accumulate(void* dst, const void* src, Dtype dtype, int64_t n) {
+  if (n == 0) return;
+  switch (dtype) {
+    case kFloat32: accumulate_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<float*>(dst), static_cast<const float*>(src), n); break;
+    case kFloat16: accumulate_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<__half*>(dst), static_cast<const __half*>(src), n); break;
+    case kFloat64: accumulate_f64_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<double*>(dst), static_cast<const double*>(src), n); break;
+    default: HG_FAIL("accumulate: " << dtype_name(dtype) << " is not a floating type");
+  }
+  HG_CUDA_LAUNCH_CHECK("backward (gradient accumulation)");
+}
+
+int64_t count_nonfinite(const void* p, Dtype dtype, int64_t n) {
+  if (n == 0 || dtype == kInt64) return 0;
+  auto* count = static_cast<unsigned long long*>(allocate(sizeof(unsigned long long), "count_nonfinite"));
+  memset_async(count, 0, sizeof(unsigned long long));
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, int64_t>)
+      nonfinite_kernel<<<grid_for(n, 256, 4096), 256, 0, stream()>>>(static_cast<const T*>(p), n, count);
+  });
+  HG_CUDA_LAUNCH_CHECK("count_nonfinite");
+  unsigned long long host = 0;
+  copy_d2h(&host, count, sizeof(host));
+  release(count, sizeof(unsigned long long));
+  return static_cast<int64_t>(host);
+}
+
+}  // namespace halfgrad::cuda

@@ -1,0 +1,417 @@
+// gemm_mma_tiles.cuh - the device-side pieces of halfgrad's FP16 Tensor Core GEMM: PTX wrappers
+// (cp.async, ldmatrix, mma.sync), the XOR swizzle of shared-memory tiles, the predicated tile
+// loader, and the warp-tiled block computation that ops/matmul/gemm_cuda.cu launches (and that
+// bench/gemm/mma_warp_tiled.cu launches as the top rung of the ladder). Private to ops/matmul/ and
+// bench/gemm/: no __global__ function lives here, each .cu wraps these device functions in its own.
+//
+// Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major.
+// Operand tiles in shared memory keep the layout they have in global memory ("rows" x "cols", cols
+// contiguous), so one loader serves every layout:
+//   A as written (N):   (M, K) row-major  -> tile [kBlockM][kBlockK]  (K contiguous, ldmatrix)
+//   A transposed (T):   (K, M) row-major  -> tile [kBlockK][kBlockM]  (M contiguous, ldmatrix.trans)
+//   B as written (N):   (K, N) row-major  -> tile [kBlockK][kBlockN]  (N contiguous, ldmatrix.trans)
+//   B transposed (T):   (N, K) row-major  -> tile [kBlockN][kBlockK]  (K contiguous, ldmatrix)
+// mma.m16n8k16.row.col wants A as 16x16 row-major (K contiguous) and B as 8x16 "col" (K contiguous);
+// ldmatrix.trans transposes each 8x8 sub-matrix on its way to registers, so an M- or N-contiguous
+// tile gives the same fragments without any transposing copy.
+//
+// Precision: FP16 operands (IEEE half bit patterns, uint16_t), products summed in FP32 in the mma
+// accumulator registers; the result is scaled by alpha (and beta*C added) in FP32 and written either
+// as FP32 or rounded once to FP16 (round to nearest even, __float2half_rn).
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace halfgrad::cuda::gemm_tiles {
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers (sm_80+). "memory" clobbers keep the compiler from moving ordinary shared-memory
+// stores (the scalar loader) across the asynchronous copies and ldmatrix reads.
+// ---------------------------------------------------------------------------------------------
+
+/// The mma.sync instruction shape: D (16x8) += A (16x16) * B (16x8).
+constexpr int kInstrM = 16;
+constexpr int kInstrN = 8;
+constexpr int kInstrK = 16;
+/// One 16-byte vector (cp.async, ldmatrix row) holds 8 halfs: the unit of every tile copy.
+constexpr int kChunkHalfs = 8;
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// Copies 16 bytes global -> shared asynchronously, bypassing L1 (.cg); only the first src_bytes
+/// (0..16) are read, the rest of the 16 shared bytes are zero-filled. This is the predication:
+/// out-of-range rows and columns become zeros in shared memory and add nothing to the sum.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/// Waits until at most `kPending` committed groups of this thread are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+/// Four 8x8 b16 matrices; lane l gives the row address of matrix l/8, row l%8. Register i holds
+/// matrix i: lane l gets row l/4, columns 2*(l%4) and 2*(l%4)+1.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+/// As ldmatrix_x4, each matrix transposed: lane l gets rows 2*(l%4) and 2*(l%4)+1 of column l/4.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+/// d (16x8 FP32) += a (16x16 FP16, row) * b (16x8 FP16, col). With g = lane/4, t = lane%4:
+///   a[0]: (g, 2t..2t+1)  a[1]: (g+8, 2t..)  a[2]: (g, 8+2t..)  a[3]: (g+8, 8+2t..)
+///   b[0]: (k 2t..2t+1, n g)  b[1]: (k 8+2t.., n g)
+///   d[0..1]: (g, 2t..2t+1)   d[2..3]: (g+8, 2t..2t+1)
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// XOR swizzle. Shared memory has 32 banks of 4 bytes: one 128-byte line. ldmatrix reads eight
+// 16-byte rows of a matrix in one go; they are conflict-free only if the eight 16-byte chunks fall
+// on eight different 16-byte positions of the line. Stored plainly they do not: a tile row of
+// 64 bytes (32 halfs) puts rows r and r+2 on the same banks, a row of 256 or 512 bytes puts all
+// eight on the same banks. Instead of padding rows (wasted shared memory, and padding breaks the
+// 16-byte cp.async alignment unless it is itself 16 bytes), the chunk index is XORed with a few
+// bits of the row index. XOR with a value < 8 permutes the chunks within one 128-byte group, so
+// the tile stays dense and every chunk stays 16-byte aligned.
+//   kChunksPerRow >= 8 (rows of 128 bytes or more): chunk ^ (row % 8) - rows r..r+7 of one chunk
+//     column land on eight different positions.
+//   kChunksPerRow == 4 (rows of 64 bytes, two rows per line): chunk ^ ((row / 2) % 4) - rows 2j and
+//     2j+1 share a line and differ in its half, (row / 2) % 4 spreads four such pairs over the four
+//     chunk positions of each half.
+// ---------------------------------------------------------------------------------------------
+template <int kChunksPerRow>
+__device__ __forceinline__ int swizzle_chunk(int row, int chunk) {
+  static_assert(kChunksPerRow == 4 || kChunksPerRow % 8 == 0, "swizzle defined for 64-byte rows or multiples of 128 bytes");
+  if constexpr (kChunksPerRow == 4) {
+    return chunk ^ ((row >> 1) & 3);
+  } else {
+    return chunk ^ (row & 7);
+  }
+}
+
+/// Offset in halfs of (row, chunk) in a dense kRows x kCols tile, swizzled or plain.
+template <int kCols, bool kSwizzled>
+__device__ __forceinline__ int tile_offset(int row, int chunk) {
+  constexpr int kChunksPerRow = kCols / kChunkHalfs;
+  if constexpr (kSwizzled) chunk = swizzle_chunk<kChunksPerRow>(row, chunk);
+  return row * kCols + chunk * kChunkHalfs;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Predicated tile loader: the kRows x kCols window at (row0, col0) of a rows x cols row-major
+// global matrix (leading dimension ld) into a dense shared tile. kThreads threads each move
+// kRows*kCols/8/kThreads chunks of 8 halfs. Elements outside the matrix become zeros.
+//   kVector: 16-byte cp.async, needs ld % 8 == 0 and a 16-byte aligned base (checked by the
+//     launcher); a chunk that straddles the last column reads only its valid bytes.
+//   scalar:  eight 2-byte loads per chunk and one 16-byte shared store, for any ld and alignment.
+// ---------------------------------------------------------------------------------------------
+template <int kRows, int kCols, int kThreads, bool kSwizzled, bool kVector>
+__device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* g, int64_t ld, int row0, int col0,
+                                          int rows, int cols) {
+  constexpr int kChunksPerRow = kCols / kChunkHalfs;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kCols % kChunkHalfs == 0, "tile rows are whole 16-byte chunks");
+  static_assert(kChunks % kThreads == 0, "every thread moves the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < kChunks / kThreads; ++i) {
+    const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int r = chunk / kChunksPerRow;
+    const int c = chunk % kChunksPerRow;
+    const int grow = row0 + r;
+    const int gcol = col0 + c * kChunkHalfs;
+    uint16_t* dst = tile + tile_offset<kCols, kSwizzled>(r, c);
+    const bool row_ok = grow < rows;
+    const int valid = row_ok ? min(max(cols - gcol, 0), kChunkHalfs) : 0;
+    if constexpr (kVector) {
+      // src stays a valid address even when nothing is read from it.
+      const uint16_t* src = valid > 0 ? g + static_cast<int64_t>(grow) * ld + gcol : g;
+      cp_async_16(shared_address(dst), src, valid * 2);
+    } else {
+      uint32_t packed[4] = {0u, 0u, 0u, 0u};
+      if (valid > 0) {
+        const uint16_t* src = g + static_cast<int64_t>(grow) * ld + gcol;
+#pragma unroll
+        for (int e = 0; e < kChunkHalfs; ++e) {
+          const uint32_t v = e < valid ? static_cast<uint32_t>(src[e]) : 0u;
+          packed[e / 2] |= v << (16 * (e % 2));
+        }
+      }
+      *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Epilogue store of two horizontally adjacent results (row, col) and (row, col+1) of C, guarded
+// against the matrix edge. pair_ok: ldc even and C aligned, so the two go out as one 8-byte
+// (FP32) or 4-byte (FP16) store. beta == 0 never reads C (it may hold NaN or garbage).
+// ---------------------------------------------------------------------------------------------
+struct Epilogue {
+  void* C;
+  int64_t ldc;
+  float alpha, beta;
+  bool c_half;
+  bool pair_ok;
+};
+
+__device__ __forceinline__ void store_pair(const Epilogue& e, int M, int N, int row, int col, float v0, float v1) {
+  if (row >= M || col >= N) return;
+  v0 *= e.alpha;
+  v1 *= e.alpha;
+  const bool both = col + 1 < N;
+  const int64_t at = static_cast<int64_t>(row) * e.ldc + col;
+  if (e.c_half) {
+    __half* c = static_cast<__half*>(e.C) + at;
+    if (e.beta != 0.f) {
+      v0 += e.beta * __half2float(c[0]);
+      if (both) v1 += e.beta * __half2float(c[1]);
+    }
+    if (both && e.pair_ok) {
+      *reinterpret_cast<__half2*>(c) = __halves2half2(__float2half_rn(v0), __float2half_rn(v1));
+    } else {
+      c[0] = __float2half_rn(v0);
+      if (both) c[1] = __float2half_rn(v1);
+    }
+  } else {
+    float* c = static_cast<float*>(e.C) + at;
+    if (e.beta != 0.f) {
+      v0 += e.beta * c[0];
+      if (both) v1 += e.beta * c[1];
+    }
+    if (both && e.pair_ok) {
+      *reinterpret_cast<float2*>(c) = make_float2(v0, v1);
+    } else {
+      c[0] = v0;
+      if (both) c[1] = v1;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The warp-tiled block GEMM.
+//
+// Parallel mapping: one thread block (8 warps, 256 threads) computes a kBlockM x kBlockN = 128x256
+// tile of C; warps form a 2 x 4 grid, each computing 64x64 = 4 x 8 mma tiles of 16x8 (128 FP32
+// accumulators per thread). K is walked in kBlockK = 32 slices (two mma k-steps of 16).
+// Pipeline: kStages = 4 shared-memory slots; cp.async keeps kStages-1 = 3 k-slices in flight while
+// the warps multiply the current one. Within a slice, the fragments of the next k-step are loaded
+// (ldmatrix) into a second register set while the mmas of this one run (register double buffer).
+// Shared memory: 4 x (128x32 + 256x32) halfs x 2 bytes = 96 KiB (dynamic, opt-in above 48 KiB);
+// with ~230 registers per thread one block fills an SM's register file, so occupancy is 1 block.
+// Rasterisation: block b is mapped to tiles so that consecutive blocks walk down a group of
+// kGroupM = 8 tile-rows before moving right; the ~132 blocks resident at once then share 8 A panels
+// and ~17 B panels in L2 instead of 1 A panel and all of B.
+// ---------------------------------------------------------------------------------------------
+struct WarpTiledShape {
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = 256;
+  static constexpr int kBlockK = 32;
+  static constexpr int kWarpM = 64;
+  static constexpr int kWarpN = 64;
+  static constexpr int kWarpsM = kBlockM / kWarpM;  // 2
+  static constexpr int kWarpsN = kBlockN / kWarpN;  // 4
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;  // 256
+  static constexpr int kStages = 4;
+  static constexpr int kGroupM = 8;
+  static constexpr int kMmaM = kWarpM / kInstrM;   // 4 mma rows per warp
+  static constexpr int kMmaN = kWarpN / kInstrN;   // 8 mma columns per warp
+  static constexpr int kKSteps = kBlockK / kInstrK;  // 2 k-steps per slice
+  static constexpr int kATileHalfs = kBlockM * kBlockK;
+  static constexpr int kBTileHalfs = kBlockN * kBlockK;
+  static constexpr int kStageHalfs = kATileHalfs + kBTileHalfs;
+  static constexpr int kSmemBytes = kStages * kStageHalfs * 2;  // 98304
+  static_assert(kMmaN % 2 == 0, "B fragments come two n-tiles per ldmatrix.x4");
+};
+
+/// Problem description the block function reads (kept small: it is a kernel parameter).
+struct GemmProblem {
+  int M, N, K;
+  const uint16_t* A;
+  int64_t lda;
+  const uint16_t* B;
+  int64_t ldb;
+  Epilogue out;
+};
+
+/// A fragments (16x16) of mma row mi for k-step ks, from either A tile layout.
+template <bool kATrans>
+__device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], uint32_t tile, int m0, int ks, int lane) {
+  using S = WarpTiledShape;
+  if constexpr (!kATrans) {  // [kBlockM][kBlockK]: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15)
+    const int row = m0 + (lane & 15);
+    const int chunk = ks * 2 + (lane >> 4);
+    ldmatrix_x4(a, tile + 2 * tile_offset<S::kBlockK, true>(row, chunk));
+  } else {  // [kBlockK][kBlockM]: stored rows are k; matrix q covers k 8*(q/2).., m 8*(q%2)..
+    const int row = ks * kInstrK + (lane & 7) + ((lane >> 4) << 3);
+    const int chunk = m0 / kChunkHalfs + ((lane >> 3) & 1);
+    ldmatrix_x4_trans(a, tile + 2 * tile_offset<S::kBlockM, true>(row, chunk));
+  }
+}
+
+/// B fragments of two adjacent mma columns (n0..n0+15) for k-step ks: b[0..1] for n0, b[2..3] for n0+8.
+template <bool kBTrans>
+__device__ __forceinline__ void load_b_fragments(uint32_t (&b)[4], uint32_t tile, int n0, int ks, int lane) {
+  using S = WarpTiledShape;
+  if constexpr (kBTrans) {  // [kBlockN][kBlockK]: matrix q covers n 8*(q/2).., k 8*(q%2)..
+    const int row = n0 + (lane & 7) + ((lane >> 4) << 3);
+    const int chunk = ks * 2 + ((lane >> 3) & 1);
+    ldmatrix_x4(b, tile + 2 * tile_offset<S::kBlockK, true>(row, chunk));
+  } else {  // [kBlockK][kBlockN]: stored rows are k; matrix q covers k 8*(q%2).., n 8*(q/2)..
+    const int row = ks * kInstrK + (lane & 15);
+    const int chunk = n0 / kChunkHalfs + (lane >> 4);
+    ldmatrix_x4_trans(b, tile + 2 * tile_offset<S::kBlockN, true>(row, chunk));
+  }
+}
+
+template <bool kATrans, bool kBTrans, bool kVector>
+__device__ __forceinline__ void load_stage(uint16_t* stage, const GemmProblem& p, int tile_m, int tile_n, int k0) {
+  using S = WarpTiledShape;
+  uint16_t* a_tile = stage;
+  uint16_t* b_tile = stage + S::kATileHalfs;
+  if constexpr (!kATrans) {
+    load_tile<S::kBlockM, S::kBlockK, S::kThreads, true, kVector>(a_tile, p.A, p.lda, tile_m, k0, p.M, p.K);
+  } else {
+    load_tile<S::kBlockK, S::kBlockM, S::kThreads, true, kVector>(a_tile, p.A, p.lda, k0, tile_m, p.K, p.M);
+  }
+  if constexpr (kBTrans) {
+    load_tile<S::kBlockN, S::kBlockK, S::kThreads, true, kVector>(b_tile, p.B, p.ldb, tile_n, k0, p.N, p.K);
+  } else {
+    load_tile<S::kBlockK, S::kBlockN, S::kThreads, true, kVector>(b_tile, p.B, p.ldb, k0, tile_n, p.K, p.N);
+  }
+}
+
+/// Fragments of one k-step for the whole 64x64 warp tile.
+struct WarpFragments {
+  uint32_t a[WarpTiledShape::kMmaM][4];
+  uint32_t b[WarpTiledShape::kMmaN][2];
+};
+
+template <bool kATrans, bool kBTrans>
+__device__ __forceinline__ void load_warp_fragments(WarpFragments& f, uint32_t stage, int warp_m0, int warp_n0, int ks,
+                                                    int lane) {
+  using S = WarpTiledShape;
+  const uint32_t a_tile = stage;
+  const uint32_t b_tile = stage + 2 * S::kATileHalfs;
+#pragma unroll
+  for (int mi = 0; mi < S::kMmaM; ++mi) load_a_fragment<kATrans>(f.a[mi], a_tile, warp_m0 + mi * kInstrM, ks, lane);
+#pragma unroll
+  for (int nj = 0; nj < S::kMmaN / 2; ++nj) {
+    uint32_t b4[4];
+    load_b_fragments<kBTrans>(b4, b_tile, warp_n0 + nj * 2 * kInstrN, ks, lane);
+    f.b[2 * nj][0] = b4[0];
+    f.b[2 * nj][1] = b4[1];
+    f.b[2 * nj + 1][0] = b4[2];
+    f.b[2 * nj + 1][1] = b4[3];
+  }
+}
+
+/// The whole block: call from a __global__ launched with WarpTiledShape::kThreads threads,
+/// WarpTiledShape::kSmemBytes of dynamic shared memory and ceil(M/128) * ceil(N/256) blocks.
+template <bool kATrans, bool kBTrans, bool kVector>
+__device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint16_t* smem) {
+  using S = WarpTiledShape;
+  // Rasterised tile index (see above).
+  const int tiles_m = (p.M + S::kBlockM - 1) / S::kBlockM;
+  const int tiles_n = (p.N + S::kBlockN - 1) / S::kBlockN;
+  const int pid = static_cast<int>(blockIdx.x);
+  const int group_size = S::kGroupM * tiles_n;
+  const int first_m = (pid / group_size) * S::kGroupM;
+  const int group_rows = min(tiles_m - first_m, S::kGroupM);
+  const int tile_m = (first_m + (pid % group_size) % group_rows) * S::kBlockM;
+  const int tile_n = ((pid % group_size) / group_rows) * S::kBlockN;
+
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int warp_m0 = (warp / S::kWarpsN) * S::kWarpM;
+  const int warp_n0 = (warp % S::kWarpsN) * S::kWarpN;
+
+  float acc[S::kMmaM][S::kMmaN][4];
+#pragma unroll
+  for (int mi = 0; mi < S::kMmaM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < S::kMmaN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+
+  const int k_tiles = (p.K + S::kBlockK - 1) / S::kBlockK;
+  const uint32_t smem_base = shared_address(smem);
+  constexpr uint32_t kStageBytes = 2 * S::kStageHalfs;
+
+  // Prologue: slices 0 .. kStages-2 in flight. One commit per slice, even an empty one, so that
+  // "group j" is always "slice j" and the wait count below is a constant.
+#pragma unroll
+  for (int s = 0; s < S::kStages - 1; ++s) {
+    if (s < k_tiles) load_stage<kATrans, kBTrans, kVector>(smem + s * S::kStageHalfs, p, tile_m, tile_n, s * S::kBlockK);
+    cp_async_commit();
+  }
+  cp_async_wait<S::kStages - 2>();
+  __syncthreads();
+
+  WarpFragments frag[2];
+  load_warp_fragments<kATrans, kBTrans>(frag[0], smem_base, warp_m0, warp_n0, 0, lane);
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    // Refill the slot that slice kt-1 used: every warp finished reading it before the barrier
+    // at the end of the previous iteration.
+    const int next = kt + S::kStages - 1;
+    if (next < k_tiles) {
+      load_stage<kATrans, kBTrans, kVector>(smem + (next % S::kStages) * S::kStageHalfs, p, tile_m, tile_n,
+                                            next * S::kBlockK);
+    }
+    cp_async_commit();
+
+    const uint32_t stage = smem_base + (kt % S::kStages) * kStageBytes;
+#pragma unroll
+    for (int ks = 0; ks < S::kKSteps; ++ks) {
+      if (ks + 1 < S::kKSteps) {
+        load_warp_fragments<kATrans, kBTrans>(frag[(ks + 1) & 1], stage, warp_m0, warp_n0, ks + 1, lane);
+      } else {
+        // Slice kt+1 must have landed (groups 0..kt+1 of kt+kStages committed) and be visible to all.
+        cp_async_wait<S::kStages - 2>();
+        __syncthreads();
+        const uint32_t next_stage = smem_base + ((kt + 1) % S::kStages) * kStageBytes;
+        load_warp_fragments<kATrans, kBTrans>(frag[(ks + 1) & 1], next_stage, warp_m0, warp_n0, 0, lane);
+      }
+      const WarpFragments& f = frag[ks & 1];
+#pragma unroll
+      for (int mi = 0; mi < S::kMmaM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < S::kMmaN; ++ni) mma_m16n8k16(acc[mi][ni], f.a[mi], f.b[ni]);
+    }
+  }
+  cp_async_wait<0>();  // no copy may still target shared memory when the block exits
+
+  const int g = lane >> 2;
+  const int t = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < S::kMmaM; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < S::kMmaN; ++ni) {
+      const int row = tile_m + warp_m0 + mi * kInstrM + g;
+      const int col = tile_n + warp_n0 + ni * kInstrN + 2 * t;
+      store_pair(p.out, p.M, p.N, row, col, acc[mi][ni][0], acc[mi][ni][1]);
+      store_pair(p.out, p.M, p.N, row + 8, col, acc[mi][ni][2], acc[mi][ni][3]);
+    }
+  }
+}
+
+}  // namespace halfgrad::cuda::gemm_tiles

@@ -1,0 +1,71 @@
+// cuda_test.h - what every CUDA test shares.
+//
+// CUDA_TEST_CASE("conv3d cuda f16 NDHWC ...") declares a doctest case that runs only where a CUDA
+// device is usable. Elsewhere (CI, a laptop) doctest reports it as skipped and one line per case names
+// it: "skipped: <name>: no CUDA device (...)". The CUDA code itself is still compiled there.
+//
+// The reference is always the CPU op on the same inputs, in float64 where the op supports it (or
+// float32), compared by the dtype's tolerance: |gpu - ref| <= atol + rtol * |ref| elementwise,
+// with rtol 1e-5 for float32 and 2e-3 for float16 (each FP16 rounding is 2^-11 relative; ops that
+// sum many FP16 products before one rounding need the looser conv / GEMM tolerances they state).
+#pragma once
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/cuda/runtime.h"
+#include "core/tensor.h"
+
+namespace halfgrad::testing {
+
+/// True where CUDA tests can run; otherwise prints "skipped: <name>: ..." once per case.
+inline bool cuda_test_enabled(const char* name) {
+  const bool ok = cuda::is_available();
+  if (!ok) std::cout << "skipped: " << name << ": " << cuda::device_description() << "\n";
+  return ok;
+}
+
+/// A CUDA copy of `t` in `format` whose values are the same; also used to upload test inputs.
+inline Tensor to_cuda(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous) {
+  return t.copy_to(Device::CUDA).format_copy(t.dim() == 5 ? format : MemoryFormat::Contiguous);
+}
+
+/// Fresh random inputs for every check (never zeros): N(0, 1) seeded by the case.
+inline Tensor random_tensor(const Shape& s, uint64_t seed, Dtype dt = kFloat32, double std = 1.0) {
+  Generator g(seed);
+  return Tensor::randn(s, g, dt, std);
+}
+
+/// Elementwise |got - want| <= atol + rtol * |want|; reports the worst element. NaN never passes.
+inline void check_close(const Tensor& got, const Tensor& want, double rtol, double atol, const std::string& what) {
+  REQUIRE_MESSAGE(got.shape() == want.shape(), what << ": shape " << shape_str(got.shape()) << " vs " << shape_str(want.shape()));
+  const std::vector<double> g = got.to_double_vector(), w = want.to_double_vector();
+  int64_t bad = 0, worst = -1;
+  double worst_excess = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double tol = atol + rtol * std::fabs(w[i]);
+    const double err = std::fabs(g[i] - w[i]);
+    if (!(err <= tol)) {  // NaN fails here
+      ++bad;
+      const double excess = std::isnan(err) ? INFINITY : err - tol;
+      if (worst < 0 || excess > worst_excess) { worst = static_cast<int64_t>(i); worst_excess = excess; }
+    }
+  }
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << g.size() << " elements out of tolerance (rtol " << rtol << ", atol "
+                               << atol << "); worst at " << worst << ": got " << (worst >= 0 ? g[worst] : 0) << ", want "
+                               << (worst >= 0 ? w[worst] : 0));
+}
+
+/// Tolerances of one FP rounding per output for each dtype (see the header comment).
+inline double rtol_for(Dtype d) { return d == kFloat16 ? 2e-3 : d == kFloat32 ? 1e-5 : 1e-12; }
+
+}  // namespace halfgrad::testing
+
+#define HG_CUDA_CAT_(a, b) a##b
+#define HG_CUDA_CAT(a, b) HG_CUDA_CAT_(a, b)
+/// A doctest case that runs only with a CUDA device, reported as skipped (and named on stdout) without.
+#define CUDA_TEST_CASE(name) \
+  TEST_CASE(name * doctest::skip(!::halfgrad::testing::cuda_test_enabled(name)))
