@@ -31,7 +31,7 @@ CastPolicy default_policy(OpKind kind) {
     case OpKind::Conv3d: case OpKind::ConvTranspose3d: case OpKind::Matmul: case OpKind::Linear:
       return CastPolicy::Lower;
     case OpKind::Exp: case OpKind::Log: case OpKind::Pow: case OpKind::Softmax: case OpKind::LogSoftmax:
-    case OpKind::Sum: case OpKind::Mean: case OpKind::BatchNorm: case OpKind::InstanceNorm:
+    case OpKind::Sum: case OpKind::Mean:
     case OpKind::GroupNorm: case OpKind::CrossEntropy: case OpKind::NllLoss: case OpKind::DiceLoss:
     case OpKind::Upsample:
       return CastPolicy::Fp32;

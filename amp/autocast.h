@@ -3,10 +3,14 @@
 // Inside an AutocastGuard every op asks `autocast_dtype(kind, input dtypes)` which dtype to run in:
 //   Lower    conv3d, conv_transpose3d, matmul, linear: FP16 operands, FP32 accumulation (Tensor Core
 //            ops, where FP16 doubles the throughput and halves the bytes).
-//   Fp32     exp, log, pow, softmax, log_softmax, sum/mean, norms, losses: ops whose outputs overflow
-//            FP16 (exp), or that sum many terms (reductions, norms), run in FP32.
+//   Fp32     exp, log, pow, softmax, log_softmax, sum/mean, group_norm, losses: ops whose outputs
+//            overflow FP16 (exp), or that sum many terms (reductions, losses), run in FP32.
 //   Promote  binary elementwise ops and cat: run in the widest floating input type.
-//   (absent) every other op runs in its inputs' type.
+//   (absent) every other op runs in its inputs' type - batch_norm and instance_norm among them, as
+//            in PyTorch (neither is on its lists): an FP16 input gives an FP16 output, while the
+//            statistics are summed in FP32 and the affine weights and running statistics stay FP32
+//            inside the op. Casting a norm's input up to FP32 instead would keep an FP32 copy of
+//            every conv output for backward on top of the FP16 one: more memory than no AMP at all.
 // This mirrors PyTorch's CUDA autocast lists (torch/csrc/autograd/autocast_mode.cpp, "lower_precision_fp",
 // "fp32", "promote") for the ops halfgrad has.
 //

@@ -7,6 +7,9 @@
 #include "autograd/node.h"
 #include "core/error.h"
 #include "ops/elementwise/elementwise.h"
+#ifdef HALFGRAD_CUDA
+#include "amp/grad_scaler_cuda.h"
+#endif
 
 namespace halfgrad::amp {
 
@@ -42,7 +45,7 @@ Tensor GradScaler::scale(const Tensor& loss) {
     scale_ = static_cast<float>(init_scale_);
     growth_tracker_ = init_growth_tracker_;
   }
-  const Tensor s = Tensor::scalar(*scale_, kFloat32);
+  const Tensor s = Tensor::scalar(*scale_, kFloat32).copy_to(loss.device());
   Tensor scaled = ops::mul(loss, s);
   // PyTorch's type promotion: a 0-d FP32 scale does not widen a loss that has dimensions, so such a
   // loss keeps its dtype (the product is formed in FP32 and rounded once); a 0-d FP16 loss times the
@@ -89,11 +92,28 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
                  "parameters, or set GradScalerOptions().fp16_grads_to_fp32(true) for FP16 parameters.");
   }
   NoGradGuard no_grad;
-  bool found_inf = false, any = false;
+  bool found_inf = false, any = false, any_cpu = false;
+#ifdef HALFGRAD_CUDA
+  std::vector<UnscaleCudaTensor> cuda_grads;  // all CUDA gradients: one launch below
+  std::vector<Tensor> keep_alive;             // FP16 sources of new FP32 grads, until the launch is queued
+#endif
   for (Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     any = true;
+#ifdef HALFGRAD_CUDA
+    if (g.is_cuda()) {
+      Tensor dst = g;
+      if (g.dtype() == kFloat16) {  // fp16_grads_to_fp32: the kernel writes float(g) * inv_scale here
+        dst = Tensor::empty(g.shape(), kFloat32, g.device(), g.memory_format());
+        p.set_grad(dst);
+        keep_alive.push_back(g);
+      }
+      cuda_grads.push_back({g.raw_data(), dst.raw_data(), g.numel(), g.dtype(), dst.dtype()});
+      continue;
+    }
+#endif
+    any_cpu = true;
     if (g.dtype() == kFloat16) {  // fp16_grads_to_fp32: the unscaled value goes into a new FP32 grad
       g = g.cast_copy(kFloat32);
       p.set_grad(g);
@@ -101,9 +121,25 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     found_inf |= g.dtype() == kFloat64 ? unscale_in_place(g.data<double>(), g.numel(), inv_scale)
                                        : unscale_in_place(g.data<float>(), g.numel(), inv_scale);
   }
+  st.device_found_inf = Tensor();
+#ifdef HALFGRAD_CUDA
+  if (!cuda_grads.empty()) {
+    st.device_found_inf = Tensor::zeros({1}, kFloat32, Device::CUDA);
+    unscale_and_check_cuda(cuda_grads, inv_scale, st.device_found_inf.data<float>());
+  }
+#endif
   st.found_inf = found_inf;
+  st.all_cuda = any && !any_cpu;
   st.has_inf_check = any;
   st.stage = Stage::Unscaled;
+}
+
+bool GradScaler::resolve_found_inf(OptimizerState& st) {
+  if (st.device_found_inf.defined()) {
+    st.found_inf = st.found_inf || st.device_found_inf.item() != 0.0;  // the one D2H copy of the step
+    st.device_found_inf = Tensor();
+  }
+  return st.found_inf;
 }
 
 bool GradScaler::step(optim::Optimizer& optimizer) {
@@ -119,9 +155,22 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   OptimizerState& st = per_optimizer_[&optimizer];
   HG_CHECK(st.has_inf_check, "GradScaler::step: No inf checks were recorded for this optimizer "
                              "(none of its parameters has a gradient).");
-  const bool stepped = !st.found_inf;
-  if (stepped) optimizer.step();
-  else ++skipped_steps_;
+  bool stepped;
+  if (st.all_cuda && st.device_found_inf.defined()) {
+    // Queue the update behind the check without waiting for it: the kernel reads the flag itself.
+    struct ClearFlag {  // the flag must not outlive this call, even when step() throws
+      optim::Optimizer& o;
+      ~ClearFlag() { o.set_found_inf(Tensor()); }
+    } clear{optimizer};
+    optimizer.set_found_inf(st.device_found_inf);
+    optimizer.step();
+    stepped = !resolve_found_inf(st);
+    if (!stepped) optimizer.undo_skipped_step();
+  } else {
+    stepped = !resolve_found_inf(st);
+    if (stepped) optimizer.step();
+  }
+  if (!stepped) ++skipped_steps_;
   last_found_inf_ = st.found_inf;
   st.stage = Stage::Stepped;
   return stepped;
@@ -131,10 +180,10 @@ void GradScaler::update() {
   if (!enabled_) return;
   check_initialized("update");
   bool any = false, found_inf = false;
-  for (const auto& entry : per_optimizer_) {
+  for (auto& entry : per_optimizer_) {
     if (!entry.second.has_inf_check) continue;
     any = true;
-    found_inf = found_inf || entry.second.found_inf;  // PyTorch sums the found_inf flags
+    found_inf = resolve_found_inf(entry.second) || found_inf;  // PyTorch sums the found_inf flags
   }
   HG_CHECK(any, "GradScaler::update: No inf checks were recorded prior to update.");
   // _amp_update_scale_ (aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp): float scale times a

@@ -36,6 +36,17 @@
 // tensor holding float(g) * inv_scale, which the optimizers accept - the FP32 "master gradients" of
 // NVIDIA apex's O2. This is halfgrad's extension; PyTorch has no equivalent switch.
 //
+// CUDA gradients (grad_scaler_cuda.cu): unscale_ multiplies every CUDA gradient of the optimizer and
+// checks it for inf/NaN in ONE launch, setting a found_inf flag in device memory (PyTorch's
+// found_inf_per_device); nothing waits. step() then, when every gradient of the optimizer is on
+// CUDA, hands the flag to the optimizer (Optimizer::set_found_inf), whose fused update skips itself
+// on the device, and only afterwards copies the flag to the host (one 4-byte copy per step, as
+// PyTorch's found_inf.item()): the update is queued without waiting for the check. If the flag was
+// set, the optimizer's host bookkeeping is taken back (Optimizer::undo_skipped_step) and the step
+// counts as skipped, exactly as on the CPU. With CPU and CUDA gradients in one optimizer the flag is
+// read before the step instead. update() reads any flag not read yet (unscale_ without step). The
+// scale and growth tracker stay on the host, updated from the flags read.
+//
 // Disabled (enabled(false)): scale returns the loss unchanged, unscale_ and update do nothing, step
 // calls optimizer.step() and returns true, get_scale() is 1 and state_dict() is {}.
 //
@@ -174,8 +185,12 @@ class GradScaler {
     Stage stage = Stage::Ready;
     bool found_inf = false;       // PyTorch's found_inf_per_device, for the one (CPU) device
     bool has_inf_check = false;   // false when no parameter had a gradient
+    Tensor device_found_inf;      // the CUDA gradients' flag (1-element FP32), until read into found_inf
+    bool all_cuda = false;        // every gradient was on CUDA: step() may skip on the device
   };
   void check_initialized(const char* what) const;
+  /// found_inf of `st`, reading the device flag into it first if one is pending (a D2H copy).
+  static bool resolve_found_inf(OptimizerState& st);
 
   bool enabled_;
   bool fp16_grads_to_fp32_;

@@ -101,8 +101,9 @@ std::vector<GradStats> collect_grad_stats(const nn::NamedTensors& params, double
   all.name = "(all)";
   all.loss_scale = loss_scale;
   for (const auto& [name, p] : params) {
-    const Tensor g = p.grad();
+    Tensor g = p.grad();
     if (!g.defined()) continue;
+    g = g.copy_to(Device::CPU);  // an instrument, not the hot path: CUDA gradients are read on the host
     out.push_back(grad_stats(name, g, loss_scale));
     all += out.back();
   }

@@ -1,4 +1,5 @@
 // anomaly.cpp - anomaly mode: the NaN/Inf checks and their messages (see anomaly.h).
+#include "core/cuda/tensor_kernels.h"
 #include "autograd/anomaly.h"
 
 #include <algorithm>
@@ -74,6 +75,7 @@ bool any_nonfinite_bits(const Bits* p, int64_t n, Bits abs_mask, Bits inf_bits) 
 
 bool any_nonfinite(const Tensor& t) {
   const int64_t n = t.numel();
+  if (t.is_cuda()) return cuda::count_nonfinite(t.raw_data(), t.dtype(), n) > 0;  // one sync per check
   switch (t.dtype()) {
     case kFloat32:
       return any_nonfinite_bits(static_cast<const uint32_t*>(t.raw_data()), n, uint32_t{0x7fffffffu}, uint32_t{0x7f800000u});
@@ -128,6 +130,7 @@ DetectAnomalyGuard::~DetectAnomalyGuard() { set_anomaly_mode(prev_); }
 
 ValueSummary summarize_values(const Tensor& t) {
   HG_CHECK(t.defined(), "summarize_values: undefined tensor");
+  if (t.is_cuda()) return summarize_values(t.copy_to(Device::CPU));  // only for messages: a host copy
   ValueSummary s;
   s.numel = t.numel();
   switch (t.dtype()) {

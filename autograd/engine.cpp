@@ -243,16 +243,21 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
   if (!seed.defined()) {
     HG_CHECK(numel() == 1, "backward: grad can be implicitly created only for a tensor with one element; this one has shape "
                                << shape_str(shape()) << ", pass grad_output");
-    seed = Tensor::full(shape(), 1.0, dtype());
+    seed = Tensor::full(shape(), 1.0, dtype(), device());
   }
+  HG_CHECK(seed.device() == device(), "backward: grad_output is on " << device_name(seed.device()) << " but the tensor is on "
+                                                                    << device_name(device()));
   HG_CHECK(seed.shape() == shape(), "backward: grad_output of shape " << shape_str(seed.shape())
                                         << " for a tensor of shape " << shape_str(shape()));
   if (seed.dtype() != dtype()) seed = seed.cast_copy(dtype());
+  if (seed.memory_format() != memory_format()) seed = seed.format_copy(memory_format());
   if (!impl_->grad_fn) {  // a leaf: backward just accumulates the seed
     Tensor self = *this;
     std::shared_ptr<TensorImpl>& slot = self.impl()->grad;
     if (!slot) slot = seed.clone().impl_ptr();
-    else {
+    else if (is_cuda()) {
+      cuda::accumulate(Tensor(slot).raw_data(), seed.raw_data(), dtype(), numel());
+    } else {
       Tensor acc(slot);
       std::vector<double> a = acc.to_double_vector(), b = seed.to_double_vector();
       for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];

@@ -168,6 +168,23 @@ void Module::to(Dtype dtype) {
   for (auto& c : children_) c.second->to(dtype);
 }
 
+static void move_in_place(const Tensor& t, Device device) {
+  if (t.device() == device) return;
+  Tensor moved = t.copy_to(device);
+  t.impl()->storage = moved.impl()->storage;
+  t.impl()->device = device;
+}
+
+void Module::to(Device device) {
+  for (auto& [n, p] : parameters_) {
+    if (Tensor g = p.grad(); g.defined()) p.set_grad(g.copy_to(device));
+    move_in_place(p, device);
+  }
+  for (auto& [n, b] : buffers_)
+    if (is_floating(b.dtype())) move_in_place(b, device);
+  for (auto& c : children_) c.second->to(device);
+}
+
 // ---- printing -----------------------------------------------------------------------------------------
 
 void Module::pretty_print(std::ostream& os, int indent) const {

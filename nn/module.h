@@ -124,6 +124,11 @@ class Module : public std::enable_shared_from_this<Module> {
   /// requires_grad; an existing .grad is converted too. Integer buffers (num_batches_tracked) are left
   /// alone. As torch.nn.Module.to(dtype) / .half() / .float(). Throws for a non-floating `dtype`.
   virtual void to(Dtype dtype);
+  /// Moves every parameter and floating buffer (recursive) to `device`, in place, like to(Dtype): each
+  /// keeps its TensorImpl, leaf status and requires_grad; an existing .grad moves too. Integer buffers
+  /// (BatchNorm's num_batches_tracked, a host-side counter) stay on the CPU. As torch.nn.Module.to(device).
+  /// Make the optimizer after moving the model (its state is created on the parameters' device).
+  virtual void to(Device device);
 
   // ---- printing -------------------------------------------------------------------------------------
   /// The arguments shown between the parentheses when printing ("1, 16, kernel_size=3, ...").

@@ -7,6 +7,9 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "optim/tensor_json.h"
+#ifdef HALFGRAD_CUDA
+#include "optim/adamw_cuda.h"
+#endif
 
 namespace halfgrad::optim {
 
@@ -136,12 +139,47 @@ void adamw_update_fp16(uint16_t* p, const float* g, uint16_t* m, uint16_t* v, in
 
 void AdamW::step() {
   NoGradGuard no_grad;
+  last_cuda_states_.clear();
+#ifdef HALFGRAD_CUDA
+  std::vector<AdamWCudaTensor> cuda_tensors;
+  std::vector<Tensor> keep_alive;  // converted gradients, until the launch is queued
+  const float* found_inf = found_inf_for_step();
+#endif
   for (auto& group : param_groups_) {
     const auto& options = static_cast<const AdamWOptions&>(group.options());
     for (const Tensor& param : group.params()) {
       const Tensor grad = param.grad();
       if (!grad.defined()) continue;
       auto& state = state_of<AdamWParamState>(param);
+      check_state_device(param, state);
+#ifdef HALFGRAD_CUDA
+      if (param.is_cuda()) {
+        // The state lives on the parameter's device, in its memory format; the kernel does the rest.
+        const bool pure_fp16 = param.dtype() == kFloat16 && !options.master_weights();
+        HG_CHECK((!state.exp_avg.defined() || state.exp_avg.dtype() == (pure_fp16 ? kFloat16 : kFloat32)) &&
+                     !(pure_fp16 && state.master.defined()),
+                 "AdamW: parameter of shape " << shape_str(param.shape()) << " has "
+                 << (pure_fp16 ? "FP32 master" : "pure-FP16") << " state, but its group now has master_weights("
+                 << (pure_fp16 ? "false" : "true") << "); set it before the first step");
+        if (param.dtype() == kFloat16 && !pure_fp16) update_target(param, state);  // creates the master
+        if (!state.exp_avg.defined()) {
+          const Dtype md = pure_fp16 ? kFloat16 : kFloat32;
+          state.exp_avg = Tensor::zeros(param.shape(), md, param.device(), param.memory_format());
+          state.exp_avg_sq = Tensor::zeros(param.shape(), md, param.device(), param.memory_format());
+        }
+        state.step += 1;
+        last_cuda_states_.push_back(&state);
+        const Tensor g = cuda_grad_for(param, grad);
+        keep_alive.push_back(g);
+        const AdamWScalars<float> s(options, state.step);
+        cuda_tensors.push_back({param.raw_data(), state.master.defined() ? state.master.data<float>() : nullptr,
+                                g.raw_data(), state.exp_avg.raw_data(), state.exp_avg_sq.raw_data(), param.numel(),
+                                param.dtype(), g.dtype(), state.exp_avg.dtype(),
+                                AdamWStepScalars{s.decay, s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2,
+                                                 s.bias_correction2_sqrt, s.eps, s.neg_step_size}});
+        continue;
+      }
+#endif
       if (param.dtype() == kFloat16 && !options.master_weights()) {  // pure FP16: no master
         HG_CHECK(!state.master.defined() && (!state.exp_avg.defined() || state.exp_avg.dtype() == kFloat16),
                  "AdamW: parameter of shape " << shape_str(param.shape()) << " has FP32 master state, but its "
@@ -177,6 +215,16 @@ void AdamW::step() {
       write_back(param, state);
     }
   }
+#ifdef HALFGRAD_CUDA
+  adamw_step_cuda(cuda_tensors, found_inf);
+#endif
+}
+
+void AdamW::undo_skipped_step() {
+  // Fresh moments (zeros) with step 0 are the same as no moments, and a master still equals its
+  // unchanged parameter, so the step count is all there is to take back.
+  for (AdamWParamState* s : last_cuda_states_) s->step -= 1;
+  last_cuda_states_.clear();
 }
 
 }  // namespace halfgrad::optim

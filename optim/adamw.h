@@ -74,6 +74,7 @@ struct AdamWParamState : OptimizerParamState {
   nlohmann::json to_json() const override;
   void from_json(const nlohmann::json& j) override;
   void check_matches(const Tensor& param, const std::string& where) const override;
+  std::vector<Tensor*> tensors() override { return {&master, &exp_avg, &exp_avg_sq}; }
 };
 
 class AdamW : public Optimizer {
@@ -81,12 +82,18 @@ class AdamW : public Optimizer {
   AdamW(std::vector<Tensor> params, const AdamWOptions& defaults = AdamWOptions());
   AdamW(std::vector<OptimizerParamGroup> groups, const AdamWOptions& defaults = AdamWOptions());
 
+  /// CPU parameters one by one; all CUDA parameters of all groups in one launch (adamw_cuda.cu),
+  /// each with its group's options and its own step count.
   void step() override;
+  void undo_skipped_step() override;
 
  protected:
   std::unique_ptr<OptimizerParamState> make_param_state() const override {
     return std::make_unique<AdamWParamState>();
   }
+
+ private:
+  std::vector<AdamWParamState*> last_cuda_states_;  // advanced by the last step()'s CUDA launch
 };
 
 }  // namespace halfgrad::optim

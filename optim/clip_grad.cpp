@@ -5,6 +5,9 @@
 
 #include "autograd/node.h"
 #include "core/error.h"
+#ifdef HALFGRAD_CUDA
+#include "optim/clip_grad_cuda.h"
+#endif
 
 namespace halfgrad::optim {
 
@@ -65,6 +68,18 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   for (const Tensor& p : parameters)
     if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
   if (grads.empty()) return 0.0;
+#ifdef HALFGRAD_CUDA
+  size_t on_cuda = 0;
+  for (const Tensor& g : grads) on_cuda += g.is_cuda() ? 1 : 0;
+  HG_CHECK(on_cuda == 0 || on_cuda == grads.size(),
+           "clip_grad_norm_: " << on_cuda << " of " << grads.size() << " gradients are on CUDA and the others on the "
+                               "CPU; the total norm needs them on one device");
+  if (on_cuda > 0) {
+    std::vector<ClipGradCudaTensor> entries;
+    for (const Tensor& g : grads) entries.push_back({g.raw_data(), g.numel(), g.dtype()});
+    return clip_grad_norm_cuda(entries, max_norm, std::isinf(norm_type), error_if_nonfinite);
+  }
+#endif
 
   double total = 0.0;
   if (std::isinf(norm_type)) {

@@ -13,6 +13,11 @@
 // Mixed precision: clip after GradScaler::unscale_, or the norm is the scaled one. Note that a Float16
 // gradient's own norm is rounded to half, as in PyTorch, and so overflows to inf above 65504.
 // Accumulation is in FP64 (PyTorch's CPU reduction order differs; the result agrees to FP32 rounding).
+//
+// CUDA gradients (Float32 / Float16; all of them on CUDA - CPU and CUDA gradients in one call are
+// refused): the same semantics in three launches over all gradients at once (clip_grad_cuda.cu),
+// squares accumulated in FP32 per chunk and the chunk sums in FP64; the clip coefficient stays on the
+// device, and the one device-to-host copy is of the returned norm.
 #pragma once
 #include <limits>
 #include <vector>

@@ -80,8 +80,8 @@ void Optimizer::add_param_group(const OptimizerParamGroup& group) {
              name_ << ": can only optimize floating-point tensors; parameter " << i << " is " << dtype_name(p.dtype()));
     HG_CHECK(p.is_leaf(), name_ << ": can't optimize a non-leaf Tensor (parameter " << i << ", produced by '"
                                 << p.grad_fn()->name << "')");
-    HG_CHECK(p.device() == Device::CPU, name_ << ": parameter " << i << " is on " << device_name(p.device())
-                                              << "; the optimizers run on the CPU");
+    HG_CHECK(p.device() == Device::CPU || p.dtype() != kFloat64,
+             name_ << ": parameter " << i << " is a float64 CUDA tensor; CUDA parameters are float32 or float16");
     HG_CHECK(seen.insert(p.impl()).second, name_ << ": some parameters appear in more than one parameter group");
   }
   OptimizerParamGroup g = group;
@@ -97,7 +97,7 @@ void Optimizer::zero_grad(bool set_to_none) {
       if (!g.defined()) continue;
       if (set_to_none) p.set_grad(Tensor());
       else if (g.dtype() == p.dtype()) g.zero_();
-      else p.set_grad(Tensor::zeros(p.shape(), p.dtype()));  // e.g. an FP32 grad a GradScaler left on an FP16 param
+      else p.set_grad(Tensor::zeros(p.shape(), p.dtype(), p.device(), p.memory_format()));  // e.g. an FP32 grad a GradScaler left on an FP16 param
     }
 }
 
@@ -157,6 +157,9 @@ void Optimizer::load_state_dict(const nlohmann::json& sd) {
       auto s = make_param_state();
       s->from_json(sd.at("state").at(key));
       s->check_matches(p, name_ + std::string("::load_state_dict: parameter ") + key);
+      // Saved as host NCDHW: back onto the parameter's device and into its memory format.
+      for (Tensor* t : s->tensors())
+        if (t->defined()) *t = t->copy_to(p.device()).format_copy(p.memory_format());
       state[p.impl()] = std::move(s);
     }
   }
@@ -181,5 +184,40 @@ void Optimizer::write_back(const Tensor& param, const OptimizerParamState& state
 }
 
 Tensor Optimizer::grad_as(const Tensor& grad, Dtype d) { return grad.dtype() == d ? grad : grad.cast_copy(d); }
+
+// ---- CUDA -------------------------------------------------------------------------------------
+
+Tensor Optimizer::cuda_grad_for(const Tensor& param, const Tensor& grad) const {
+  HG_CHECK(grad.device() == param.device(), name_ << ": the gradient of a parameter of shape " << shape_str(param.shape())
+                                                  << " is on " << device_name(grad.device()) << " but the parameter is on "
+                                                  << device_name(param.device()));
+  HG_CHECK(grad.dtype() == kFloat32 || grad.dtype() == kFloat16,
+           name_ << ": CUDA gradients must be float32 or float16, got " << dtype_name(grad.dtype()));
+  return grad.format_copy(param.memory_format());
+}
+
+void Optimizer::check_state_device(const Tensor& param, OptimizerParamState& state) const {
+  for (const Tensor* t : state.tensors())
+    HG_CHECK(!t->defined() || t->device() == param.device(),
+             name_ << ": the state of a parameter of shape " << shape_str(param.shape()) << " is on "
+                   << device_name(t->device()) << " but the parameter is on " << device_name(param.device())
+                   << "; make the optimizer after moving the model");
+}
+
+void Optimizer::set_found_inf(const Tensor& found_inf) {
+  HG_CHECK(!found_inf.defined() || (found_inf.is_cuda() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1),
+           name_ << "::set_found_inf: expected a 1-element float32 CUDA tensor");
+  found_inf_ = found_inf;
+}
+
+const float* Optimizer::found_inf_for_step() const {
+  if (!found_inf_.defined()) return nullptr;
+  for (const auto& group : param_groups_)
+    for (const Tensor& p : group.params())
+      HG_CHECK(p.is_cuda() || !p.grad().defined(),
+               name_ << ".step: a found_inf device flag is set (set_found_inf) but a parameter of shape "
+                     << shape_str(p.shape()) << " with a gradient is on the CPU, which cannot read it");
+  return found_inf_.data<float>();
+}
 
 }  // namespace halfgrad::optim

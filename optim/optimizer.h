@@ -18,10 +18,17 @@
 // parameter. Gradients may be Float16 or Float32; they are converted to the update's precision
 // first. Float32 parameters are updated in place in FP32, Float64 ones in FP64.
 //
+// CUDA parameters (Float32 or Float16): the same update, in one fused launch over every CUDA parameter of
+// every group (each tensor carries its own group's hyperparameters in the launch's table; see
+// optim/multi_tensor_cuda.cuh). Their state (moments, masters) lives on the parameter's device, in its
+// memory format. A gradient must be on its parameter's device. CPU and CUDA parameters may be mixed.
+//
 // state_dict() is JSON in PyTorch's layout: {"state": {"<index>": {...}}, "param_groups": [{<options>,
 // "params": [<index>, ...]}]}, where a parameter's index counts through the groups in order. Tensors
 // (moments, master weights) are stored as their exact bytes in base64 (optim/tensor_json.h), so
-// save -> load -> continue gives bit-identical parameters to never having stopped.
+// save -> load -> continue gives bit-identical parameters to never having stopped. CUDA state is copied to
+// the host (contiguous NCDHW) to be saved, and load_state_dict puts it back on each parameter's device
+// and memory format.
 #pragma once
 #include <memory>
 #include <optional>
@@ -62,6 +69,8 @@ struct OptimizerParamState {
   /// Throws unless the loaded state fits `param`: a master exactly when the parameter is Float16,
   /// and buffers of the parameter's shape in its update dtype (FP32 for a Float16 parameter).
   virtual void check_matches(const Tensor& param, const std::string& where) const;
+  /// Every tensor of the state (defined or not), for moving it to a parameter's device on load.
+  virtual std::vector<Tensor*> tensors() { return {&master}; }
 
  protected:
   /// The dtype the update computes in for a parameter: Float32 for Float16 (master weights), else its own.
@@ -123,6 +132,18 @@ class Optimizer {
   /// A parameter's state, or nullptr before its first update (for inspection and tests).
   const OptimizerParamState* param_state(const Tensor& param) const;
 
+  /// Mixed precision on CUDA without a device-to-host copy before the update (GradScaler::step uses
+  /// it): while `found_inf` (a 1-element Float32 CUDA tensor) is set, step()'s fused CUDA update reads
+  /// it on the device and changes nothing there when it is nonzero. The host cannot know that yet, so
+  /// step() advances its own bookkeeping (step counts, first-step momentum buffers) as if the update
+  /// ran; a caller that then reads the flag as set calls undo_skipped_step() to take that back.
+  /// step() throws while the flag is set if a CPU parameter has a gradient (it cannot read the flag).
+  /// An undefined Tensor clears it.
+  void set_found_inf(const Tensor& found_inf);
+  /// After a step() whose CUDA update the found_inf flag skipped: restore the host-side state to what
+  /// it was before that step(). Only valid right after it.
+  virtual void undo_skipped_step() = 0;
+
   /// {"state": {"<index>": {...}}, "param_groups": [{<options>, "params": [indices]}]}.
   nlohmann::json state_dict() const;
   /// Restore options and state saved by state_dict() from an optimizer over parameters of the same
@@ -151,11 +172,21 @@ class Optimizer {
   static void write_back(const Tensor& param, const OptimizerParamState& state);
   /// `grad` in dtype `d` (itself when it already is; a converted copy otherwise).
   static Tensor grad_as(const Tensor& grad, Dtype d);
+  /// A CUDA parameter's gradient in the parameter's memory format (itself when it already is), after
+  /// checking that it is on the parameter's device; the fused updates index both with one offset.
+  Tensor cuda_grad_for(const Tensor& param, const Tensor& grad) const;
+  /// Throws unless every tensor of `state` is on `param`'s device (a model moved after its optimizer
+  /// was made would otherwise hand host pointers to a kernel).
+  void check_state_device(const Tensor& param, OptimizerParamState& state) const;
+  /// The found_inf flag's device pointer (null when none). Call before changing anything: throws if
+  /// the flag is set and a CPU parameter has a gradient.
+  const float* found_inf_for_step() const;
 
   const char* name_;
   std::vector<OptimizerParamGroup> param_groups_;
   std::unique_ptr<OptimizerOptions> defaults_;
   std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>> state_;
+  Tensor found_inf_;  // see set_found_inf
 };
 
 /// Element count from which the update loops are split over OpenMP threads: below it, starting the

@@ -3,6 +3,9 @@
 #include "autograd/node.h"
 #include "core/error.h"
 #include "optim/tensor_json.h"
+#ifdef HALFGRAD_CUDA
+#include "optim/sgd_cuda.h"
+#endif
 
 namespace halfgrad::optim {
 
@@ -81,12 +84,39 @@ void sgd_update(T* p, const T* g, T* buf, int64_t n, const SGDOptions& o, bool f
 
 void SGD::step() {
   NoGradGuard no_grad;
+  last_cuda_first_.clear();
+#ifdef HALFGRAD_CUDA
+  std::vector<SGDCudaTensor> cuda_tensors;
+  std::vector<Tensor> keep_alive;  // converted gradients, until the launch is queued
+  const float* found_inf = found_inf_for_step();
+#endif
   for (auto& group : param_groups_) {
     const auto& options = static_cast<const SGDOptions&>(group.options());
     for (const Tensor& param : group.params()) {
       const Tensor grad = param.grad();
       if (!grad.defined()) continue;
       auto& state = state_of<SGDParamState>(param);
+      check_state_device(param, state);
+#ifdef HALFGRAD_CUDA
+      if (param.is_cuda()) {
+        update_target(param, state);  // creates the FP32 master of a Float16 parameter
+        const bool use_momentum = options.momentum() != 0.0;
+        const bool first = !state.momentum_buffer.defined();
+        if (use_momentum && first) {
+          state.momentum_buffer = Tensor::empty(param.shape(), kFloat32, param.device(), param.memory_format());
+          last_cuda_first_.push_back(&state);
+        }
+        const Tensor g = cuda_grad_for(param, grad);
+        keep_alive.push_back(g);
+        const SGDStepScalars s{static_cast<float>(options.weight_decay()), static_cast<float>(options.momentum()),
+                               static_cast<float>(1.0 - options.dampening()), static_cast<float>(-options.lr()),
+                               options.weight_decay() != 0.0, use_momentum, options.nesterov(), first};
+        cuda_tensors.push_back({param.raw_data(), state.master.defined() ? state.master.data<float>() : nullptr,
+                                g.raw_data(), use_momentum ? state.momentum_buffer.data<float>() : nullptr,
+                                param.numel(), param.dtype(), g.dtype(), s});
+        continue;
+      }
+#endif
       Tensor target = update_target(param, state);  // the FP32 master for a Float16 parameter
       const Dtype d = target.dtype();
       const bool first = !state.momentum_buffer.defined();
@@ -103,6 +133,16 @@ void SGD::step() {
       write_back(param, state);
     }
   }
+#ifdef HALFGRAD_CUDA
+  sgd_step_cuda(cuda_tensors, found_inf);
+#endif
+}
+
+void SGD::undo_skipped_step() {
+  // A buffer created by the skipped step holds nothing yet: drop it, so that the next step starts it
+  // from d again. Masters still equal their unchanged parameters.
+  for (SGDParamState* s : last_cuda_first_) s->momentum_buffer = Tensor();
+  last_cuda_first_.clear();
 }
 
 }  // namespace halfgrad::optim

@@ -52,6 +52,7 @@ struct SGDParamState : OptimizerParamState {
   nlohmann::json to_json() const override;
   void from_json(const nlohmann::json& j) override;
   void check_matches(const Tensor& param, const std::string& where) const override;
+  std::vector<Tensor*> tensors() override { return {&master, &momentum_buffer}; }
 };
 
 class SGD : public Optimizer {
@@ -59,12 +60,18 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, const SGDOptions& defaults);
   SGD(std::vector<OptimizerParamGroup> groups, const SGDOptions& defaults);
 
+  /// CPU parameters one by one; all CUDA parameters of all groups in one launch (sgd_cuda.cu), each
+  /// with its group's options.
   void step() override;
+  void undo_skipped_step() override;
 
  protected:
   std::unique_ptr<OptimizerParamState> make_param_state() const override {
     return std::make_unique<SGDParamState>();
   }
+
+ private:
+  std::vector<SGDParamState*> last_cuda_first_;  // momentum buffers the last step()'s CUDA launch created
 };
 
 }  // namespace halfgrad::optim

@@ -55,9 +55,11 @@ static Dtype dtype_from_name(const std::string& name, const std::string& where) 
 }
 
 nlohmann::json tensor_to_json(const Tensor& t) {
-  return {{"dtype", dtype_name(t.dtype())},
-          {"shape", t.shape()},
-          {"base64", base64_encode(static_cast<const uint8_t*>(t.raw_data()), t.nbytes())}};
+  // The bytes of the host, NCDHW form (a CUDA or channels-last tensor is copied there first).
+  const Tensor h = t.copy_to(Device::CPU).format_copy(MemoryFormat::Contiguous);
+  return {{"dtype", dtype_name(h.dtype())},
+          {"shape", h.shape()},
+          {"base64", base64_encode(static_cast<const uint8_t*>(h.raw_data()), h.nbytes())}};
 }
 
 Tensor tensor_from_json(const nlohmann::json& j, const std::string& where) {

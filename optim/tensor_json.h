@@ -19,6 +19,8 @@ std::string base64_encode(const uint8_t* data, size_t n);
 /// Throws halfgrad::Error naming `where` on a character outside the alphabet or a bad length.
 std::vector<uint8_t> base64_decode(const std::string& text, const std::string& where);
 
+/// A CUDA or channels-last tensor is saved as its host copy in NCDHW order (the form tensor_from_json
+/// returns: a contiguous CPU tensor).
 nlohmann::json tensor_to_json(const Tensor& t);
 /// Throws halfgrad::Error naming `where` when a field is missing, the dtype is unknown, or the byte
 /// count does not match the shape and dtype.

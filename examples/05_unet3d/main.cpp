@@ -1,6 +1,6 @@
 // halfgrad-unet3d - the main job: train a 3D U-Net to segment MRI volumes, and evaluate it.
 //
-//   halfgrad-unet3d train [--data DIR] --out RUN_DIR [--epochs N --batch B --lr X --seed S --config NAME]
+//   halfgrad-unet3d train [--data DIR] --out RUN_DIR [--device cpu|cuda] [--epochs N --batch B --lr X --seed S --config NAME]
 //                         [--opt-level O0|O1|O2|O3 | --amp] [--fp32-op NAME ...] [--fp32-module PREFIX ...]
 //   halfgrad-unet3d eval  --data DIR --checkpoint FILE
 //
@@ -48,6 +48,11 @@ int main(int argc, char** argv) {
   train->add_option("--fp32-op", t.fp32_ops, "run this op kind in FP32 under autocast (repeatable; e.g. conv_transpose3d)");
   train->add_option("--fp32-module", t.fp32_modules,
                     "run modules whose name starts with PREFIX in FP32 under autocast (repeatable; e.g. dec.3, head)");
+  train->add_option("--device", t.device, "cpu (default) or cuda: where the model, the batches and every op run")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  train->add_option("--memory-format", t.memory_format,
+                    "activations' layout on cuda: ndhwc (channels-last, default; what the Tensor Core convolutions read) or ncdhw")
+      ->check(CLI::IsMember({"ndhwc", "ncdhw"}));
   train->add_option("--seed", t.seed, "random seed (init, patches, flips)");
   train->add_option("--config", t.config, "recipe: cpu (2-core machine) or reference (the PyTorch reference's)");
   train->add_option("--val-every", t.val_every, "validate every N epochs (default: the recipe's)")->check(finite_at_least(0, true));
@@ -66,6 +71,7 @@ int main(int argc, char** argv) {
   auto* eval = app.add_subcommand("eval", "Dice of a checkpoint on every pair of an MSD folder; prints one JSON line");
   eval->add_option("--data", e.data, "MSD dataset folder (default: the mricron-data validation slab)");
   eval->add_option("--checkpoint", e.checkpoint, "checkpoint.bin written by train")->required();
+  eval->add_option("--device", e.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return unet3d_app::run_train(t);

@@ -21,6 +21,7 @@
 #include "amp/opt_level.h"
 #include "amp/precision_report.h"
 #include "autograd/anomaly.h"
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "examples/05_unet3d/data.h"
@@ -51,17 +52,39 @@ static double lr_at(const Recipe& r, double e) {
   return lo + 0.5 * (r.lr - lo) * (1 + std::cos(M_PI * t));
 }
 
+// Where the run computes: the device and the activations' memory format there.
+struct Placement {
+  Device device = Device::CPU;
+  MemoryFormat format = MemoryFormat::Contiguous;
+  // x (B, 1, D, H, W) and labels, moved to the device (a copy; on the CPU the tensors themselves).
+  Tensor input(const Tensor& x) const { return x.copy_to(device).format_copy(format); }
+  Tensor labels(const Tensor& y) const { return y.copy_to(device); }
+};
+
+static Placement make_placement(const std::string& device, const std::string& format, const char* cmd) {
+  Placement p;
+  if (device == "cuda") {
+    HG_CHECK(cuda::is_available(), "halfgrad-unet3d " << cmd << ": --device cuda, but " << cuda::device_description()
+                                                      << "; run with --device cpu");
+    p.device = Device::CUDA;
+    p.format = format == "ncdhw" ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast3d;
+  } else {
+    HG_CHECK(device == "cpu", "halfgrad-unet3d " << cmd << ": --device must be cpu or cuda, got '" << device << "'");
+  }
+  return p;
+}
+
 // Per-class Dice averaged over volumes, predicting whole volumes one at a time.
 static std::vector<double> validate(nn::UNet3d& model, const std::vector<SegVolume>& vols, int64_t num_classes,
-                                    const amp::OptLevelSetup& mp) {
+                                    const amp::OptLevelSetup& mp, const Placement& where) {
   model.eval();
   NoGradGuard no_grad;
   amp::AutocastGuard autocast(mp.autocast);
   std::vector<double> sum(num_classes - 1, 0.0);
   for (const SegVolume& v : vols) {
     const Shape s = v.image.shape();
-    Tensor x = mp.cast_input(v.image.view_as_shape({1, 1, s[0], s[1], s[2]}));
-    Tensor pred = ops::argmax(model(x), 1).view_as_shape(s);
+    Tensor x = mp.cast_input(where.input(v.image.view_as_shape({1, 1, s[0], s[1], s[2]})));
+    Tensor pred = ops::argmax(model(x), 1).copy_to(Device::CPU).view_as_shape(s);
     std::vector<double> d = dice_per_class(pred, v.label, num_classes);
     for (size_t c = 0; c < d.size(); ++c) sum[c] += d[c];
   }
@@ -112,6 +135,7 @@ int run_train(const TrainArgs& a) {
   HG_CHECK(!a.out.empty(), "halfgrad-unet3d train: --out RUN_DIR is required");
   const amp::OptLevel level = resolve_opt_level(a);
   apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, nullptr);  // bad names fail before the data loads
+  const Placement where = make_placement(a.device, a.memory_format, "train");
 
   manual_seed(a.seed);
   Generator gen(a.seed);
@@ -136,6 +160,10 @@ int run_train(const TrainArgs& a) {
   amp::GradScalerOptions scaler_options;
   const amp::OptLevelSetup mp = amp::apply_opt_level(level, *model, adamw, scaler_options);
   apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, model.get());
+  model->to(where.device);  // before the optimizer: its state is made on the parameters' device
+  if (where.device == Device::CUDA)
+    std::cout << "device: " << cuda::device_description() << ", activations "
+              << (where.format == MemoryFormat::ChannelsLast3d ? "NDHWC (channels-last)" : "NCDHW") << std::endl;
   std::cout << "model: UNet3d " << r.model.describe() << ", " << model->num_parameters() << " parameters; recipe '"
             << r.name << "', " << amp::describe_opt_level(level) << ", batch " << r.batch << ", AdamW lr " << r.lr
             << (level == amp::OptLevel::O3 ? ", eps " + std::to_string(adamw.eps()) : std::string()) << ", "
@@ -176,6 +204,8 @@ int run_train(const TrainArgs& a) {
       for (auto& g : opt.param_groups()) g.options().set_lr(lr);
       Tensor x, y;
       make_training_batch(data, r, gen, x, y);
+      x = where.input(x);
+      y = where.labels(y);
       ++global_step;
       amp::PrecisionRecorder::Observe observe(a.precision_report ? &precision : nullptr);
       autograd::DetectAnomalyGuard anomaly(a.detect_anomaly);
@@ -233,7 +263,7 @@ int run_train(const TrainArgs& a) {
     std::vector<double> dice;
     if (do_val) {
       NvtxRange nvtx_range("validation");
-      dice = validate(*model, data.val, data.num_classes, mp);
+      dice = validate(*model, data.val, data.num_classes, mp, where);
     }
     double mean = 0;
     for (double d : dice) mean += d;
@@ -292,6 +322,7 @@ int run_eval(const EvalArgs& a) {
   Recipe r = recipe_by_name(meta.at("recipe").get<std::string>());
   r.model = nn::UNet3dOptions::from_json(meta.at("model"));
   r.volume_shape = meta.at("volume_shape").get<std::array<int64_t, 3>>();
+  const Placement where = make_placement(a.device, "ndhwc", "eval");
   auto model = std::make_shared<nn::UNet3d>(r.model);
   // The level decides the parameters' dtypes, which the checkpoint must match (older checkpoints
   // have only "amp": O1 or O0).
@@ -300,13 +331,14 @@ int run_eval(const EvalArgs& a) {
                                   : (meta.value("amp", false) ? amp::OptLevel::O1 : amp::OptLevel::O0);
   const amp::OptLevelSetup mp = amp::apply_opt_level_to_model(level, *model);
   nn::load_checkpoint(a.checkpoint, *model);
+  model->to(where.device);
   apply_fp32_lists(level, meta.value("fp32_ops", std::vector<std::string>{}),
                    meta.value("fp32_modules", std::vector<std::string>{}), model.get());
   SegData data = a.data.empty() ? load_default_data(r) : load_msd_data(a.data, r, true);
   HG_CHECK(data.num_classes == r.model.num_classes(),
            "halfgrad-unet3d eval: " << data.source << " has " << data.num_classes << " classes but checkpoint "
                                     << a.checkpoint << " was trained for " << r.model.num_classes());
-  std::vector<double> dice = validate(*model, data.val, data.num_classes, mp);
+  std::vector<double> dice = validate(*model, data.val, data.num_classes, mp, where);
   double mean = 0;
   for (double d : dice) mean += d;
   mean /= std::max<size_t>(dice.size(), 1);

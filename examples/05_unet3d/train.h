@@ -9,6 +9,8 @@ struct TrainArgs {
   std::string data;        // MSD folder; empty = embedded default (mricron-data)
   std::string out;         // run folder: checkpoint.bin, metrics.csv, log.txt
   std::string config = "cpu";
+  std::string device = "cpu";          // --device cpu|cuda
+  std::string memory_format = "ndhwc"; // --memory-format ndhwc|ncdhw: activations' layout on CUDA
   int64_t epochs = -1;     // -1 = the recipe's
   int64_t batch = -1;
   double lr = -1;
@@ -30,6 +32,7 @@ struct TrainArgs {
 struct EvalArgs {
   std::string data;
   std::string checkpoint;
+  std::string device = "cpu";
 };
 
 int run_train(const TrainArgs& a);

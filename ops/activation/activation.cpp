@@ -7,12 +7,19 @@
 // cat moves bytes: the output is the outer-index-major interleave of the inputs' contiguous blocks
 // (one memcpy per (outer index, input)), parallel over those copies; its backward slices dy the same
 // way. Under autocast it promotes: every input is cast (differentiably) to the widest input dtype.
+// CUDA tensors (either memory format) go to activation_cuda.h: flat loops for the activations, and
+// for cat the same block geometry taken in the buffers' physical order (parts are first converted,
+// differentiably, to the memory format of the first one).
 #include "ops/activation/activation.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/nvtx.h"
 #include "ops/common.h"
+#ifdef HALFGRAD_CUDA
+#include "ops/activation/activation_cuda.h"
+#endif
 
 namespace halfgrad::ops {
 
@@ -50,8 +57,16 @@ Tensor masked_grad(const Tensor& gy, const Tensor& saved, F f) {
 
 Tensor relu(const Tensor& x) {
   NvtxRange nvtx_range("relu");
-  check_floating("relu", "input", x);
+  check_floating_tensor("relu", "input", x);
   // `v < 0 ? 0 : v` keeps NaN (as torch.relu does); the gradient is 0 at x == 0 (as PyTorch).
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) {
+    Tensor y = cuda::leaky_relu_forward("relu", x, 0.0);
+    return autograd::record("relu", y, {x}, [y = y.detach()](const Tensor& gy) -> std::vector<Tensor> {
+      return {cuda::leaky_relu_backward("relu", gy, y, 0.0)};
+    });
+  }
+#endif
   Tensor y = dispatch_compute(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     return map_in_dtype<T>(x, [](T v) { return v < T(0) ? T(0) : v; });
@@ -66,7 +81,15 @@ Tensor relu(const Tensor& x) {
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   NvtxRange nvtx_range("leaky_relu");
-  check_floating("leaky_relu", "input", x);
+  check_floating_tensor("leaky_relu", "input", x);
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) {
+    Tensor y = cuda::leaky_relu_forward("leaky_relu", x, negative_slope);
+    return autograd::record("leaky_relu", y, {x}, [x = x.detach(), negative_slope](const Tensor& gy) -> std::vector<Tensor> {
+      return {cuda::leaky_relu_backward("leaky_relu", gy, x, negative_slope)};
+    });
+  }
+#endif
   Tensor y = dispatch_compute(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T s = static_cast<T>(negative_slope);
@@ -129,6 +152,53 @@ void cat_copy(const CatLayout& L, size_t elem, char* whole, const std::vector<ch
   }
 }
 
+#ifdef HALFGRAD_CUDA
+// cat on CUDA: the parts in the first one's memory format (a differentiable conversion where one
+// differs), and the CPU's block geometry computed on the physical shapes: NDHWC stores (N, D, H, W, C),
+// so the logical dim `dim` sits at physical position phys[dim].
+Tensor cat_cuda(const std::vector<Tensor>& xs, int64_t dim, Dtype dt, const Shape& out_shape) {
+  const MemoryFormat fmt = xs[0].memory_format();
+  const bool cl = fmt == MemoryFormat::ChannelsLast3d;
+  const std::vector<int64_t> order = cl ? std::vector<int64_t>{0, 2, 3, 4, 1} : std::vector<int64_t>{};
+  auto physical = [&](const Shape& s) {
+    if (!cl) return s;
+    Shape p(5);
+    for (int j = 0; j < 5; ++j) p[j] = s[order[j]];
+    return p;
+  };
+  int64_t pdim = dim;
+  if (cl) pdim = std::find(order.begin(), order.end(), dim) - order.begin();
+  std::vector<Tensor> parts;
+  std::vector<Shape> shapes, phys;
+  for (const Tensor& x : xs) {
+    parts.push_back(x.to(dt).to(fmt));
+    shapes.push_back(x.shape());
+    phys.push_back(physical(x.shape()));
+  }
+  const CatLayout L = cat_layout(phys, pdim);
+  const cuda::CatGeometry geo{L.outer, L.total_inner, L.part_inner, L.part_offset};
+  const size_t elem = dtype_size(dt);
+  Tensor y = Tensor::empty(out_shape, dt, Device::CUDA, fmt);
+  std::vector<void*> ptrs;
+  for (const Tensor& p : parts) ptrs.push_back(p.raw_data());
+  cuda::cat_copy(geo, elem, y.raw_data(), ptrs, /*to_parts=*/false);
+  std::vector<bool> need;
+  for (const Tensor& p : parts) need.push_back(p.requires_grad());
+  return autograd::record("cat", y, parts, [geo, shapes, need, dt, fmt](const Tensor& gy) -> std::vector<Tensor> {
+    std::vector<Tensor> grads(shapes.size());
+    std::vector<void*> ptrs(shapes.size(), nullptr);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (!need[i]) continue;
+      grads[i] = Tensor::empty(shapes[i], dt, Device::CUDA, fmt);
+      ptrs[i] = grads[i].raw_data();
+    }
+    const Tensor g = (gy.dtype() == dt ? gy : gy.cast_copy(dt)).format_copy(fmt);
+    cuda::cat_copy(geo, dtype_size(dt), g.raw_data(), ptrs, /*to_parts=*/true);
+    return grads;
+  });
+}
+#endif
+
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
@@ -136,7 +206,8 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   HG_CHECK(!xs.empty(), "cat: expected a non-empty list of tensors");
   for (size_t i = 0; i < xs.size(); ++i) {
     const std::string what = "tensor " + std::to_string(i);
-    check_input("cat", what.c_str(), xs[i]);
+    check_tensor("cat", what.c_str(), xs[i]);
+    check_same_device("cat", "tensor 0", xs[0], what.c_str(), xs[i]);
   }
   const Shape& s0 = xs[0].shape();
   const int64_t nd = static_cast<int64_t>(s0.size());
@@ -172,6 +243,9 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   }
   std::vector<Tensor> parts;
   std::vector<Shape> shapes;
+#ifdef HALFGRAD_CUDA
+  if (xs[0].is_cuda()) return cat_cuda(xs, dim, dt, out_shape);
+#endif
   for (const Tensor& x : xs) {
     parts.push_back(x.to(dt));
     shapes.push_back(x.shape());

@@ -6,11 +6,19 @@
 // roles swapped. For x (N, Cin_t, D, H, W), w (Cin_t, Cout_t, k, k, k), let G be the convolution from
 // (N, Cout_t, Do, Ho, Wo) to (N, Cin_t, D, H, W) with weight w (w's layout is G's (Cout, Cin, k, k, k)):
 //   y  = dgrad_G(x, w) + b        dx = fprop_G(dy, w)        dw = wgrad_G(dy, x)        db = sums of dy
+//
+// CUDA: when the input is on CUDA (weight and bias must be too), forward and backward call the
+// launchers of conv3d_cuda.h instead (Tensor Core implicit GEMMs for FP16, FFMA for FP32, channels-last
+// inside); outputs and input gradients come back in the input's memory format, weight gradients in
+// the weight's, all in the op's dtype.
 #include "ops/conv/conv3d.h"
 
 #include "core/nvtx.h"
 #include "ops/common.h"
 #include "ops/conv/conv_gemm.h"
+#ifdef HALFGRAD_CUDA
+#include "ops/conv/conv3d_cuda.h"
+#endif
 
 namespace halfgrad::ops {
 
@@ -23,9 +31,13 @@ using conv::ConvGeometry;
 // (conv_transpose3d).
 ConvGeometry check_and_plan(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dParams& p,
                             bool transposed) {
-  check_floating(op, "input", x);
-  check_floating(op, "weight", w);
-  if (b.defined()) check_floating(op, "bias", b);
+  check_floating_tensor(op, "input", x);
+  check_floating_tensor(op, "weight", w);
+  check_same_device(op, "input", x, "weight", w);
+  if (b.defined()) {
+    check_floating_tensor(op, "bias", b);
+    check_same_device(op, "input", x, "bias", b);
+  }
   check_dim(op, "input", x, 5, "(N, C, D, H, W)");
   check_dim(op, "weight", w, 5, transposed ? "(Cin, Cout, k, k, k)" : "(Cout, Cin, k, k, k)");
   const Shape& xs = x.shape();
@@ -127,6 +139,14 @@ void add_channel_bias(Tensor& y, const Tensor& b) {
 
 Tensor out_dtype(const Tensor& t, Dtype dt) { return t.defined() ? from_compute(t, dt) : t; }
 
+#ifdef HALFGRAD_CUDA
+// The output gradient as every CUDA backward kernel reads it: the op's dtype, channels-last (one
+// conversion shared by dgrad, wgrad and the bias sums).
+Tensor cuda_grad_output(const Tensor& gy, Dtype dt) {
+  return (gy.dtype() == dt ? gy : gy.cast_copy(dt)).format_copy(MemoryFormat::ChannelsLast3d);
+}
+#endif
+
 }  // namespace
 
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dParams& p) {
@@ -136,12 +156,27 @@ Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dPar
   // Differentiable casts: under autocast an FP32 weight's gradient comes back through its FP16 copy
   // (made once per autocast region: the weight-cast cache, ops/common.h).
   const Tensor xc = autocast_cast(x, dt), wc = autocast_cast(w, dt), bc = b.defined() ? autocast_cast(b, dt) : Tensor();
-  Tensor y = from_compute(fprop(g, xc, wc, bc), dt);
+  const bool on_cuda = x.is_cuda();
+  const MemoryFormat x_format = xc.memory_format(), w_format = wc.memory_format();
+  Tensor y;
+#ifdef HALFGRAD_CUDA
+  if (on_cuda) y = conv::cuda_conv3d_fprop(g, xc, wc, bc, x_format);
+#endif
+  if (!on_cuda) y = from_compute(fprop(g, xc, wc, bc), dt);
   const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.requires_grad();
   // Save x only if dw is needed and w only if dx is needed (the input, not a copy: FP16 stays FP16).
   return autograd::record("conv3d", y, {xc, wc, bc},
                           [g, gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor(),
-                           w_shape = w.shape()](const Tensor& gy) -> std::vector<Tensor> {
+                           w_shape = w.shape(), on_cuda, x_format, w_format](const Tensor& gy) -> std::vector<Tensor> {
+#ifdef HALFGRAD_CUDA
+                            if (on_cuda) {
+                              const Tensor cgy = cuda_grad_output(gy, dt);
+                              return {gx ? conv::cuda_conv3d_dgrad(g, cgy, ws, x_format) : Tensor(),
+                                      gw ? conv::cuda_conv3d_wgrad(g, xs, cgy, w_format) : Tensor(),
+                                      gb ? conv::cuda_channel_sums(cgy) : Tensor()};
+                            }
+#endif
+                            (void)on_cuda, (void)x_format, (void)w_format;
                             const Tensor cgy = to_compute(gy);  // FP16 -> FP32 once for all three
                             Tensor dx, dw, db;
                             if (gx) dx = dgrad(g, cgy, ws);
@@ -156,13 +191,30 @@ Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const Tensor& b, const
   const ConvGeometry g = check_and_plan("conv_transpose3d", x, w, b, p, /*transposed=*/true);
   const Dtype dt = conv_dtype(amp::OpKind::ConvTranspose3d, x, w, b);
   const Tensor xc = autocast_cast(x, dt), wc = autocast_cast(w, dt), bc = b.defined() ? autocast_cast(b, dt) : Tensor();
-  Tensor yc = dgrad(g, xc, wc);
-  if (bc.defined()) add_channel_bias(yc, bc);
-  Tensor y = from_compute(yc, dt);
+  const bool on_cuda = x.is_cuda();
+  const MemoryFormat x_format = xc.memory_format(), w_format = wc.memory_format();
+  Tensor y;
+#ifdef HALFGRAD_CUDA
+  if (on_cuda) y = conv::cuda_conv_transpose3d_fprop(g, xc, wc, bc, x_format);
+#endif
+  if (!on_cuda) {
+    Tensor yc = dgrad(g, xc, wc);
+    if (bc.defined()) add_channel_bias(yc, bc);
+    y = from_compute(yc, dt);
+  }
   const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.requires_grad();
   return autograd::record("conv_transpose3d", y, {xc, wc, bc},
                           [g, gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor(),
-                           w_shape = w.shape()](const Tensor& gy) -> std::vector<Tensor> {
+                           w_shape = w.shape(), on_cuda, x_format, w_format](const Tensor& gy) -> std::vector<Tensor> {
+#ifdef HALFGRAD_CUDA
+                            if (on_cuda) {  // G's fprop and wgrad, with gy as G's input
+                              const Tensor cgy = cuda_grad_output(gy, dt);
+                              return {gx ? conv::cuda_conv3d_fprop(g, cgy, ws, Tensor(), x_format) : Tensor(),
+                                      gw ? conv::cuda_conv3d_wgrad(g, cgy, xs, w_format) : Tensor(),
+                                      gb ? conv::cuda_channel_sums(cgy) : Tensor()};
+                            }
+#endif
+                            (void)on_cuda, (void)x_format, (void)w_format;
                             const Tensor cgy = to_compute(gy);  // FP16 -> FP32 once for all three
                             Tensor dx, dw, db;
                             if (gx) dx = fprop(g, cgy, ws, Tensor());

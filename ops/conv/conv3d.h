@@ -15,8 +15,12 @@
 // CPU implementation: GEMMs over column tiles (ops/conv/conv_gemm.h); FP32/FP16 3x3x3 stride-1
 // convolutions (fprop, and dgrad as an fprop with flipped weights; wgrad) run on direct AVX2 kernels
 // instead (ops/conv/conv_direct.h). Timings: bench/conv3d_cpu_bench.cpp.
+// CUDA: with x on CUDA (w and b must be too) both ops run the kernels of conv3d_cuda.h (FP16 Tensor
+// Core / FP32 FFMA implicit GEMMs, channels-last inside; x may be NCDHW or NDHWC and y comes back in
+// x's format).
 // Errors (halfgrad::Error, naming the op and the shapes): x not 5-D, w not 5-D, channel mismatch,
-// non-cubic or empty kernel, bias of the wrong length, output extent < 1, stride < 1, padding < 0.
+// non-cubic or empty kernel, bias of the wrong length, output extent < 1, stride < 1, padding < 0,
+// operands on different devices.
 #pragma once
 #include <cstdint>
 

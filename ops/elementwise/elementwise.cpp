@@ -1,8 +1,15 @@
+// elementwise.cpp - pointwise arithmetic (math and errors in elementwise.h): public ops, their
+// backward closures and the CPU loops; CUDA tensors go to the launchers of elementwise_cuda.h
+// (broadcast in place, either memory format) and sum_to_shape to reduce_cuda.h's FP32 reduction.
 #include "ops/elementwise/elementwise.h"
 
 #include <cmath>
 
 #include "ops/common.h"
+#ifdef HALFGRAD_CUDA
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/reduce/reduce_cuda.h"
+#endif
 
 namespace halfgrad::ops {
 
@@ -68,8 +75,27 @@ void binary_loop(const T* a, const Shape& sa, const T* b, const Shape& sb, T* y,
 
 enum class BinOp { Add, Sub, Mul, Div };
 
+#ifdef HALFGRAD_CUDA
+cuda::BinaryOp cuda_binary_op(BinOp op) {
+  switch (op) {
+    case BinOp::Add: return cuda::BinaryOp::Add;
+    case BinOp::Sub: return cuda::BinaryOp::Sub;
+    case BinOp::Mul: return cuda::BinaryOp::Mul;
+    case BinOp::Div: return cuda::BinaryOp::Div;
+  }
+  return cuda::BinaryOp::Add;
+}
+#endif
+
 Tensor binary_forward(const char* name, BinOp op, const Tensor& a, const Tensor& b, Dtype dt) {
   const Shape so = broadcast_shapes(name, a.shape(), b.shape());
+#ifdef HALFGRAD_CUDA
+  if (a.is_cuda() || b.is_cuda()) {
+    check_same_device(name, "first operand", a, "second operand", b);
+    return cuda::binary(name, cuda_binary_op(op), a.dtype() == dt ? a : a.cast_copy(dt),
+                        b.dtype() == dt ? b : b.cast_copy(dt), so);
+  }
+#endif
   Tensor ca = to_compute(a.dtype() == dt ? a : a.cast_copy(dt));
   Tensor cb = to_compute(b.dtype() == dt ? b : b.cast_copy(dt));
   Tensor y = Tensor::empty(so, compute_dtype(dt));
@@ -89,8 +115,9 @@ Tensor binary_forward(const char* name, BinOp op, const Tensor& a, const Tensor&
 }
 
 Dtype binary_dtype(const char* name, amp::OpKind kind, const Tensor& a, const Tensor& b) {
-  check_floating(name, "first operand", a);
-  check_floating(name, "second operand", b);
+  check_floating_tensor(name, "first operand", a);
+  check_floating_tensor(name, "second operand", b);
+  check_same_device(name, "first operand", a, "second operand", b);
   return amp::autocast_dtype(kind, {a.dtype(), b.dtype()});
 }
 
@@ -122,6 +149,21 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   HG_CHECK(shape_numel(shape) <= g.numel(), "sum_to_shape: cannot reduce " << shape_str(g.shape()) << " to "
                                                                          << shape_str(shape));
+#ifdef HALFGRAD_CUDA
+  if (g.is_cuda()) {
+    // Reduce (FP32 accumulation) over the leading dims g has beyond `shape` and the dims `shape` has as 1.
+    const Shape& so = g.shape();
+    const int64_t lead = static_cast<int64_t>(so.size()) - static_cast<int64_t>(shape.size());
+    HG_CHECK(lead >= 0, "sum_to_shape: cannot reduce " << shape_str(so) << " to " << shape_str(shape));
+    std::vector<bool> mask(so.size(), false);
+    for (int64_t d = 0; d < static_cast<int64_t>(so.size()); ++d) {
+      const int64_t t = d < lead ? 1 : shape[d - lead];
+      HG_CHECK(t == so[d] || t == 1, "sum_to_shape: cannot reduce " << shape_str(so) << " to " << shape_str(shape));
+      mask[d] = t == 1 && so[d] != 1;
+    }
+    return cuda::sum_dims("sum_to_shape", g, mask, 1.0, g.dtype()).view_as_shape(shape);
+  }
+#endif
   const Shape so = g.shape();
   Tensor cg = to_compute(g);
   const auto st = broadcast_strides(shape, so);
@@ -189,8 +231,12 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor affine(const Tensor& x, double a, double b) {
-  check_floating("affine", "input", x);
-  Tensor y = dispatch_compute(x.dtype(), [&](auto tag) {
+  check_floating_tensor("affine", "input", x);
+  Tensor y;
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) y = cuda::unary("affine", x, x.dtype(), {cuda::UnaryOp::Affine, a, b, 1.0});
+#endif
+  if (!y.defined()) y = dispatch_compute(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T ta = static_cast<T>(a), tb = static_cast<T>(b);
     return unary_map(x, x.dtype(), [ta, tb](T v) { return ta * v + tb; });
@@ -204,9 +250,13 @@ Tensor affine(const Tensor& x, double a, double b) {
 Tensor neg(const Tensor& x) { return affine(x, -1.0, 0.0); }
 
 Tensor exp(const Tensor& x) {
-  check_floating("exp", "input", x);
+  check_floating_tensor("exp", "input", x);
   const Dtype dt = amp::autocast_dtype(amp::OpKind::Exp, {x.dtype()});
-  Tensor y = dispatch_compute(dt, [&](auto tag) {
+  Tensor y;
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) y = cuda::unary("exp", x, dt, {cuda::UnaryOp::Exp});
+#endif
+  if (!y.defined()) y = dispatch_compute(dt, [&](auto tag) {
     using T = decltype(tag);
     return unary_map(x, dt, [](T v) { return std::exp(v); });
   });
@@ -218,9 +268,13 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
-  check_floating("log", "input", x);
+  check_floating_tensor("log", "input", x);
   const Dtype dt = amp::autocast_dtype(amp::OpKind::Log, {x.dtype()});
-  Tensor y = dispatch_compute(dt, [&](auto tag) {
+  Tensor y;
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) y = cuda::unary("log", x, dt, {cuda::UnaryOp::Log});
+#endif
+  if (!y.defined()) y = dispatch_compute(dt, [&](auto tag) {
     using T = decltype(tag);
     return unary_map(x, dt, [](T v) { return std::log(v); });
   });
@@ -231,14 +285,22 @@ Tensor log(const Tensor& x) {
 }
 
 Tensor pow(const Tensor& x, double p) {
-  check_floating("pow", "input", x);
+  check_floating_tensor("pow", "input", x);
   const Dtype dt = amp::autocast_dtype(amp::OpKind::Pow, {x.dtype()});
-  Tensor y = dispatch_compute(dt, [&](auto tag) {
+  Tensor y;
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) y = cuda::unary("pow", x, dt, {cuda::UnaryOp::Pow, 1.0, 0.0, p});
+#endif
+  if (!y.defined()) y = dispatch_compute(dt, [&](auto tag) {
     using T = decltype(tag);
     return unary_map(x, dt, [p](T v) { return static_cast<T>(std::pow(v, static_cast<T>(p))); });
   });
   return autograd::record("pow", y, {x}, [x = x.detach(), p, dt](const Tensor& gy) -> std::vector<Tensor> {
-    Tensor d = dispatch_compute(dt, [&](auto tag) {
+    Tensor d;
+#ifdef HALFGRAD_CUDA
+    if (x.is_cuda()) d = cuda::unary("pow", x, dt, {cuda::UnaryOp::PowGrad, 1.0, 0.0, p});
+#endif
+    if (!d.defined()) d = dispatch_compute(dt, [&](auto tag) {
       using T = decltype(tag);
       return unary_map(x, dt, [p](T v) { return static_cast<T>(p * std::pow(v, static_cast<T>(p - 1))); });
     });

@@ -18,6 +18,8 @@
 // Precision: float (Float32/Float16 logits; FP16 logits are cast to FP32 under autocast, the FP32
 // list) or double (Float64); per-tile sums in the compute type, across tiles in double.
 // Targets are validated in the same pass; a bad one throws, naming the value and its position.
+// CUDA logits (NCDHW or NDHWC) with a CUDA target take the same fused op in loss_cuda.cu, after the
+// same checks and autocast cast; it checks the labels on the device and syncs once per forward.
 #include "ops/loss/loss.h"
 
 #include <Eigen/Core>
@@ -26,6 +28,9 @@
 
 #include "core/nvtx.h"
 #include "ops/common.h"
+#ifdef HALFGRAD_CUDA
+#include "ops/loss/loss_cuda.h"
+#endif
 
 namespace halfgrad::ops {
 
@@ -56,8 +61,9 @@ struct LossGeometry {
 };
 
 LossGeometry check_loss_args(const char* op, const Tensor& logits, const Tensor& target) {
-  check_floating(op, "logits", logits);
-  check_input(op, "target", target);
+  check_floating_tensor(op, "logits", logits);
+  check_tensor(op, "target", target);
+  check_same_device(op, "logits", logits, "target", target);
   HG_CHECK(logits.dim() >= 2, op << ": logits must be (N, C, *spatial) with at least 2 dims, got shape "
                                  << shape_str(logits.shape()));
   HG_CHECK(target.dtype() == kInt64, op << ": target must be int64 class indices, got " << dtype_name(target.dtype())
@@ -201,11 +207,38 @@ std::string position_str(const Shape& s, int64_t flat) {
   return shape_str(idx);
 }
 
+// "<op>: target value 7 at position [0, 1, 2, 3] of target [...] is outside [0, C) (...)".
+Error bad_label_error(const LossSpec& spec, const Tensor& logits, const Tensor& target, int64_t flat, int64_t value) {
+  const int64_t C = logits.shape()[1];
+  std::ostringstream os;
+  os << spec.op << ": target value " << value << " at position " << position_str(target.shape(), flat) << " of target "
+     << shape_str(target.shape()) << " is outside [0, " << C << ") (logits " << shape_str(logits.shape()) << " have "
+     << C << " classes)";
+  return Error(os.str());
+}
+
 Tensor fused_loss(const LossSpec& spec, amp::OpKind kind, const Tensor& logits, const Tensor& target) {
   NvtxRange nvtx_range(amp::op_kind_name(kind));
   const LossGeometry g = check_loss_args(spec.op, logits, target);
   const Dtype dt = amp::autocast_dtype(kind, {logits.dtype()});
   const Tensor xx = logits.to(dt);
+#ifdef HALFGRAD_CUDA
+  if (logits.is_cuda()) {
+    cuda::LossCudaArgs args;
+    args.op = spec.op;
+    args.w_ce = spec.w_ce;
+    args.w_dice = spec.w_dice;
+    args.smooth = spec.smooth;
+    cuda::LossCudaForward f = cuda::loss_forward(args, xx, target);
+    if (f.bad_position >= 0)
+      throw bad_label_error(spec, logits, target, f.bad_position, static_cast<int64_t>(target.item_at(f.bad_position)));
+    return autograd::record(spec.op, f.loss, {xx},
+                            [args, x = xx.detach(), target = target.detach(), lse = f.lse,
+                             coef = f.coef](const Tensor& gy) -> std::vector<Tensor> {
+                              return {cuda::loss_backward(args, x, target, lse, coef, gy)};
+                            });
+  }
+#endif
   const bool dice = spec.w_dice != 0;
   const int64_t C = g.C, S = g.S, T_ = g.tasks();
   Tensor cx = to_compute(xx);
@@ -231,10 +264,7 @@ Tensor fused_loss(const LossSpec& spec, amp::OpKind kind, const Tensor& logits, 
     }
   });
   for (int64_t t = 0; t < T_; ++t)
-    HG_CHECK(bad[t] < 0, spec.op << ": target value " << ptg[bad[t]] << " at position "
-                                 << position_str(target.shape(), bad[t]) << " of target " << shape_str(target.shape())
-                                 << " is outside [0, " << C << ") (logits " << shape_str(logits.shape()) << " have "
-                                 << C << " classes)");
+    if (bad[t] >= 0) throw bad_label_error(spec, logits, target, bad[t], ptg[bad[t]]);
   // Combine the task partials in order.
   std::vector<double> tot(1 + 3 * C, 0.0);
   for (int64_t t = 0; t < T_; ++t)

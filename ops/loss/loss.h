@@ -8,6 +8,8 @@
 //   inter_c = sum_{n,v} p*oh, den_c = sum_{n,v} p + sum_{n,v} oh,
 //   L = 1 - mean_c (2 inter_c + smooth) / (den_c + smooth),  smooth = 1e-5
 // segmentation_loss = cross_entropy + soft_dice_loss (the reference U-Net's loss).
+// Device: CPU, or CUDA logits (NCDHW or NDHWC) with a CUDA target; the loss is a 0-d tensor on logits'
+// device, dlogits keeps their memory format.
 // Errors: logits not (N, C, ...), target shape not logits' without C, target not int64, a target
 // value outside [0, C) (names the value and its position).
 #pragma once

@@ -122,41 +122,45 @@ __device__ __forceinline__ int tile_offset(int row, int chunk) {
 // kRows*kCols/8/kThreads chunks of 8 halfs. Elements outside the matrix become zeros.
 //   kVector: 16-byte cp.async, needs ld % 8 == 0 and a 16-byte aligned base (checked by the
 //     launcher); a chunk that straddles the last column reads only its valid bytes.
-//   scalar:  eight 2-byte loads per chunk and one 16-byte shared store, for any ld and alignment.
+//   scalar:  eight 2-byte loads and stores per chunk, for any ld and alignment.
 // ---------------------------------------------------------------------------------------------
+template <int kCols, bool kSwizzled, bool kVector>
+__device__ __forceinline__ void load_chunk(uint16_t* tile, const uint16_t* g, int64_t ld, int row0, int col0, int rows,
+                                           int cols, int chunk) {
+  constexpr int kChunksPerRow = kCols / kChunkHalfs;
+  const int r = chunk / kChunksPerRow;
+  const int c = chunk % kChunksPerRow;
+  const int grow = row0 + r;
+  const int gcol = col0 + c * kChunkHalfs;
+  uint16_t* dst = tile + tile_offset<kCols, kSwizzled>(r, c);
+  const int valid = grow < rows ? min(max(cols - gcol, 0), kChunkHalfs) : 0;
+  // src stays a valid address even when nothing is read from it.
+  const uint16_t* src = g + (valid > 0 ? static_cast<int64_t>(grow) * ld + gcol : 0);
+  if constexpr (kVector) {
+    cp_async_16(shared_address(dst), src, valid * 2);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kChunkHalfs; ++e) dst[e] = e < valid ? src[e] : uint16_t{0};
+  }
+}
+
 template <int kRows, int kCols, int kThreads, bool kSwizzled, bool kVector>
 __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* g, int64_t ld, int row0, int col0,
                                           int rows, int cols) {
-  constexpr int kChunksPerRow = kCols / kChunkHalfs;
-  constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr int kChunks = kRows * (kCols / kChunkHalfs);
   static_assert(kCols % kChunkHalfs == 0, "tile rows are whole 16-byte chunks");
   static_assert(kChunks % kThreads == 0, "every thread moves the same number of chunks");
+  const int tid = static_cast<int>(threadIdx.x);
+  if constexpr (kVector) {
 #pragma unroll
-  for (int i = 0; i < kChunks / kThreads; ++i) {
-    const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
-    const int r = chunk / kChunksPerRow;
-    const int c = chunk % kChunksPerRow;
-    const int grow = row0 + r;
-    const int gcol = col0 + c * kChunkHalfs;
-    uint16_t* dst = tile + tile_offset<kCols, kSwizzled>(r, c);
-    const bool row_ok = grow < rows;
-    const int valid = row_ok ? min(max(cols - gcol, 0), kChunkHalfs) : 0;
-    if constexpr (kVector) {
-      // src stays a valid address even when nothing is read from it.
-      const uint16_t* src = valid > 0 ? g + static_cast<int64_t>(grow) * ld + gcol : g;
-      cp_async_16(shared_address(dst), src, valid * 2);
-    } else {
-      uint32_t packed[4] = {0u, 0u, 0u, 0u};
-      if (valid > 0) {
-        const uint16_t* src = g + static_cast<int64_t>(grow) * ld + gcol;
-#pragma unroll
-        for (int e = 0; e < kChunkHalfs; ++e) {
-          const uint32_t v = e < valid ? static_cast<uint32_t>(src[e]) : 0u;
-          packed[e / 2] |= v << (16 * (e % 2));
-        }
-      }
-      *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    }
+    for (int i = 0; i < kChunks / kThreads; ++i)
+      load_chunk<kCols, kSwizzled, true>(tile, g, ld, row0, col0, rows, cols, tid + i * kThreads);
+  } else {
+    // Not unrolled: the scalar path is the fallback, and unrolled it would hold 8 loads per chunk
+    // in registers that the accumulators need (it spilled).
+#pragma unroll 1
+    for (int i = 0; i < kChunks / kThreads; ++i)
+      load_chunk<kCols, kSwizzled, false>(tile, g, ld, row0, col0, rows, cols, tid + i * kThreads);
   }
 }
 
@@ -252,33 +256,33 @@ struct GemmProblem {
   Epilogue out;
 };
 
-/// A fragments (16x16) of mma row mi for k-step ks, from either A tile layout.
-template <bool kATrans>
+/// A fragments (16x16, rows m0..m0+15 of the block tile) for k-step ks, from either A tile layout:
+/// [kTileM][kTileK] (K contiguous) or, kATrans, [kTileK][kTileM] (M contiguous); both swizzled.
+template <bool kATrans, int kTileM, int kTileK>
 __device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], uint32_t tile, int m0, int ks, int lane) {
-  using S = WarpTiledShape;
-  if constexpr (!kATrans) {  // [kBlockM][kBlockK]: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15)
+  if constexpr (!kATrans) {  // matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15)
     const int row = m0 + (lane & 15);
     const int chunk = ks * 2 + (lane >> 4);
-    ldmatrix_x4(a, tile + 2 * tile_offset<S::kBlockK, true>(row, chunk));
-  } else {  // [kBlockK][kBlockM]: stored rows are k; matrix q covers k 8*(q/2).., m 8*(q%2)..
+    ldmatrix_x4(a, tile + 2 * tile_offset<kTileK, true>(row, chunk));
+  } else {  // stored rows are k; matrix q covers k 8*(q/2).., m 8*(q%2)..
     const int row = ks * kInstrK + (lane & 7) + ((lane >> 4) << 3);
     const int chunk = m0 / kChunkHalfs + ((lane >> 3) & 1);
-    ldmatrix_x4_trans(a, tile + 2 * tile_offset<S::kBlockM, true>(row, chunk));
+    ldmatrix_x4_trans(a, tile + 2 * tile_offset<kTileM, true>(row, chunk));
   }
 }
 
-/// B fragments of two adjacent mma columns (n0..n0+15) for k-step ks: b[0..1] for n0, b[2..3] for n0+8.
-template <bool kBTrans>
+/// B fragments of two adjacent mma columns (n0..n0+15) for k-step ks: b[0..1] for n0, b[2..3] for
+/// n0+8. Tile [kTileK][kTileN] (N contiguous) or, kBTrans, [kTileN][kTileK] (K contiguous); swizzled.
+template <bool kBTrans, int kTileN, int kTileK>
 __device__ __forceinline__ void load_b_fragments(uint32_t (&b)[4], uint32_t tile, int n0, int ks, int lane) {
-  using S = WarpTiledShape;
-  if constexpr (kBTrans) {  // [kBlockN][kBlockK]: matrix q covers n 8*(q/2).., k 8*(q%2)..
+  if constexpr (kBTrans) {  // matrix q covers n 8*(q/2).., k 8*(q%2)..
     const int row = n0 + (lane & 7) + ((lane >> 4) << 3);
     const int chunk = ks * 2 + ((lane >> 3) & 1);
-    ldmatrix_x4(b, tile + 2 * tile_offset<S::kBlockK, true>(row, chunk));
-  } else {  // [kBlockK][kBlockN]: stored rows are k; matrix q covers k 8*(q%2).., n 8*(q/2)..
+    ldmatrix_x4(b, tile + 2 * tile_offset<kTileK, true>(row, chunk));
+  } else {  // stored rows are k; matrix q covers k 8*(q%2).., n 8*(q/2)..
     const int row = ks * kInstrK + (lane & 15);
     const int chunk = n0 / kChunkHalfs + (lane >> 4);
-    ldmatrix_x4_trans(b, tile + 2 * tile_offset<S::kBlockN, true>(row, chunk));
+    ldmatrix_x4_trans(b, tile + 2 * tile_offset<kTileN, true>(row, chunk));
   }
 }
 
@@ -312,11 +316,11 @@ __device__ __forceinline__ void load_warp_fragments(WarpFragments& f, uint32_t s
   const uint32_t a_tile = stage;
   const uint32_t b_tile = stage + 2 * S::kATileHalfs;
 #pragma unroll
-  for (int mi = 0; mi < S::kMmaM; ++mi) load_a_fragment<kATrans>(f.a[mi], a_tile, warp_m0 + mi * kInstrM, ks, lane);
+  for (int mi = 0; mi < S::kMmaM; ++mi) load_a_fragment<kATrans, S::kBlockM, S::kBlockK>(f.a[mi], a_tile, warp_m0 + mi * kInstrM, ks, lane);
 #pragma unroll
   for (int nj = 0; nj < S::kMmaN / 2; ++nj) {
     uint32_t b4[4];
-    load_b_fragments<kBTrans>(b4, b_tile, warp_n0 + nj * 2 * kInstrN, ks, lane);
+    load_b_fragments<kBTrans, S::kBlockN, S::kBlockK>(b4, b_tile, warp_n0 + nj * 2 * kInstrN, ks, lane);
     f.b[2 * nj][0] = b4[0];
     f.b[2 * nj][1] = b4[1];
     f.b[2 * nj + 1][0] = b4[2];

@@ -1,6 +1,13 @@
 // matmul.cpp - matmul and linear on the CPU with Eigen's GEMM (math and shapes in matmul.h).
 // FP16 operands are widened to FP32, multiplied with FP32 accumulation, and the product is rounded to
 // FP16 once; Float64 multiplies in double. Large products are split over the OpenMP threads (gemm).
+//
+// CUDA tensors: float16 operands run on the Tensor Core GEMM (gemm_cuda.h: FP16 operands, FP32
+// accumulation, the output written once in the op's dtype); float32 operands on the FP32 SIMT GEMM
+// (matmul_simt_cuda.h, CUDA cores, no TF32). The backward products are the same GEMMs with
+// transposed layouts, no transposed copies; linear's bias is put into C first and added by the
+// GEMM's epilogue (beta = 1), so an FP16 output is rounded once; its gradient is a column sum with
+// FP32 accumulation (reduce_cuda.h).
 #include "ops/matmul/matmul.h"
 
 #include <omp.h>
@@ -10,6 +17,12 @@
 
 #include "core/nvtx.h"
 #include "ops/common.h"
+#ifdef HALFGRAD_CUDA
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/matmul/gemm_cuda.h"
+#include "ops/matmul/matmul_simt_cuda.h"
+#include "ops/reduce/reduce_cuda.h"
+#endif
 
 namespace halfgrad::ops {
 
@@ -32,6 +45,51 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
 // thread, each a single-threaded Eigen GEMM inside our parallel loop; smaller ones run on the calling
 // thread. Eigen's own GEMM threading is kept off (its workers spin-wait on each other, and stall for
 // whole scheduler time slices when another process takes a core; see ops/conv/conv_gemm.cpp).
+#ifdef HALFGRAD_CUDA
+// C (m, n) = op(a) * op(b) (+ bias broadcast over the rows) on CUDA, in dtype `out`. a and b are 2-D,
+// contiguous (row-major), of one dtype: float16 -> Tensor Cores, float32 -> SIMT FP32.
+Tensor gemm_cuda(const char* op, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Dtype out,
+                 const Tensor& bias = Tensor()) {
+  HG_CHECK(a.dtype() == b.dtype(), op << ": operands " << dtype_name(a.dtype()) << " and " << dtype_name(b.dtype())
+                                      << " differ on cuda");
+  const int64_t m = ta == Trans::N ? a.size(0) : a.size(1);
+  const int64_t k = ta == Trans::N ? a.size(1) : a.size(0);
+  const int64_t n = tb == Trans::N ? b.size(1) : b.size(0);
+  HG_CHECK((tb == Trans::N ? b.size(0) : b.size(1)) == k,
+           op << ": inner extents differ: " << shape_str(a.shape()) << " x " << shape_str(b.shape()));
+  Tensor c = bias.defined() ? cuda::broadcast_scaled(op, bias, {m, n}, MemoryFormat::Contiguous, 1.0, out)
+                            : Tensor::empty({m, n}, out, Device::CUDA);
+  if (m == 0 || n == 0) return c;
+  if (k == 0) {  // an empty product: C = bias, or 0
+    if (!bias.defined()) c.zero_();
+    return c;
+  }
+  const auto layout = [](Trans t) { return t == Trans::N ? cuda::GemmLayout::N : cuda::GemmLayout::T; };
+  const float beta = bias.defined() ? 1.f : 0.f;
+  if (a.dtype() == kFloat16) {
+    HG_CHECK(out == kFloat16 || out == kFloat32, op << ": output dtype " << dtype_name(out) << " on cuda");
+    cuda::GemmArgs g{m, n, k, a.data<uint16_t>(), a.size(1), layout(ta), b.data<uint16_t>(), b.size(1), layout(tb),
+                     c.raw_data(), n, out == kFloat16};
+    g.beta = beta;
+    g.op = op;
+    cuda::gemm_f16(g);
+  } else {
+    HG_CHECK(a.dtype() == kFloat32 && out == kFloat32,
+             op << ": CUDA matmul takes float32 or float16 operands, got " << dtype_name(a.dtype()) << " -> "
+                << dtype_name(out));
+    cuda::GemmF32Args g{m, n, k, a.data<float>(), a.size(1), layout(ta), b.data<float>(), b.size(1), layout(tb),
+                        c.data<float>(), n};
+    g.beta = beta;
+    g.op = op;
+    cuda::gemm_f32_simt(g);
+  }
+  return c;
+}
+
+// The gradient dy of an op whose output dtype is dt, in dt.
+Tensor in_dtype(const Tensor& gy, Dtype dt) { return gy.dtype() == dt ? gy : gy.cast_copy(dt); }
+#endif
+
 Tensor gemm(const Tensor& a, Trans ta, const Tensor& b, Trans tb) {
   const Tensor ca = to_compute(a), cb = to_compute(b);
   const int64_t m = ta == Trans::N ? a.size(0) : a.size(1);
@@ -87,8 +145,9 @@ Tensor out_dtype(const Tensor& t, Dtype dt) { return t.defined() ? from_compute(
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   NvtxRange nvtx_range("matmul");
-  check_floating("matmul", "first operand", a);
-  check_floating("matmul", "second operand", b);
+  check_floating_tensor("matmul", "first operand", a);
+  check_floating_tensor("matmul", "second operand", b);
+  check_same_device("matmul", "first operand", a, "second operand", b);
   check_dim("matmul", "first operand", a, 2, "(M, K)");
   check_dim("matmul", "second operand", b, 2, "(K, N)");
   HG_CHECK(a.size(1) == b.size(0), "matmul: inner extents differ: " << shape_str(a.shape()) << " x "
@@ -96,8 +155,22 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                                                                     << " vs " << b.size(0) << ")");
   const Dtype dt = amp::autocast_dtype(amp::OpKind::Matmul, {a.dtype(), b.dtype()});
   const Tensor ac = autocast_cast(a, dt), bc = autocast_cast(b, dt);
-  Tensor y = from_compute(gemm(ac, Trans::N, bc, Trans::N), dt);
   const bool ga = ac.requires_grad(), gb = bc.requires_grad();
+#ifdef HALFGRAD_CUDA
+  if (ac.is_cuda()) {
+    Tensor y = gemm_cuda("matmul", ac, Trans::N, bc, Trans::N, dt);
+    return autograd::record("matmul", y, {ac, bc},
+                            [ga, gb, dt, as = gb ? ac.detach() : Tensor(), bs = ga ? bc.detach() : Tensor()](
+                                const Tensor& gy) -> std::vector<Tensor> {
+                              const Tensor g = in_dtype(gy, dt);
+                              Tensor da, db;
+                              if (ga) da = gemm_cuda("matmul backward", g, Trans::N, bs, Trans::T, dt);  // dy b^T
+                              if (gb) db = gemm_cuda("matmul backward", as, Trans::T, g, Trans::N, dt);  // a^T dy
+                              return {da, db};
+                            });
+  }
+#endif
+  Tensor y = from_compute(gemm(ac, Trans::N, bc, Trans::N), dt);
   return autograd::record("matmul", y, {ac, bc},
                           [ga, gb, dt, as = gb ? ac.detach() : Tensor(), bs = ga ? bc.detach() : Tensor()](
                               const Tensor& gy) -> std::vector<Tensor> {
@@ -110,9 +183,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   NvtxRange nvtx_range("linear");
-  check_floating("linear", "input", x);
-  check_floating("linear", "weight", w);
-  if (b.defined()) check_floating("linear", "bias", b);
+  check_floating_tensor("linear", "input", x);
+  check_floating_tensor("linear", "weight", w);
+  check_same_device("linear", "input", x, "weight", w);
+  if (b.defined()) {
+    check_floating_tensor("linear", "bias", b);
+    check_same_device("linear", "input", x, "bias", b);
+  }
   check_dim("linear", "input", x, 2, "(B, in)");
   check_dim("linear", "weight", w, 2, "(out, in)");
   HG_CHECK(x.size(1) == w.size(1), "linear: input " << shape_str(x.shape()) << " has " << x.size(1)
@@ -125,6 +202,22 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   const Dtype dt = b.defined() ? amp::autocast_dtype(amp::OpKind::Linear, {x.dtype(), w.dtype(), b.dtype()})
                                : amp::autocast_dtype(amp::OpKind::Linear, {x.dtype(), w.dtype()});
   const Tensor xc = autocast_cast(x, dt), wc = autocast_cast(w, dt), bc = b.defined() ? autocast_cast(b, dt) : Tensor();
+#ifdef HALFGRAD_CUDA
+  if (xc.is_cuda()) {
+    Tensor y = gemm_cuda("linear", xc, Trans::N, wc, Trans::T, dt, bc);  // x w^T + b
+    const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.defined() && bc.requires_grad();
+    return autograd::record("linear", y, {xc, wc, bc},
+                            [gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor()](
+                                const Tensor& gy) -> std::vector<Tensor> {
+                              const Tensor g = in_dtype(gy, dt);
+                              Tensor dx, dw, db;
+                              if (gx) dx = gemm_cuda("linear backward", g, Trans::N, ws, Trans::N, dt);  // dy w
+                              if (gw) dw = gemm_cuda("linear backward", g, Trans::T, xs, Trans::N, dt);  // dy^T x
+                              if (gb) db = cuda::sum_dims("linear backward", g, {true, false}, 1.0, dt).view_as_shape({g.size(1)});
+                              return {dx, dw, db};
+                            });
+  }
+#endif
   Tensor yc = gemm(xc, Trans::N, wc, Trans::T);  // x w^T
   if (bc.defined()) {
     const Tensor cb = to_compute(bc);

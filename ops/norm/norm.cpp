@@ -19,6 +19,8 @@
 // result does not depend on the thread count. Saved for backward: x itself and mean/invstd per group
 // (no xhat copy). Precision: FP64 accumulation always; the elementwise passes run in float for
 // Float32/Float16 (a Float16 output is rounded once) and in double for Float64.
+// CUDA tensors (NCDHW or NDHWC) take the same three passes in norm_cuda.cu, after the same checks and
+// autocast cast; the running statistics are then updated on the device, without a host sync.
 #include "ops/norm/norm.h"
 
 #include <algorithm>
@@ -26,6 +28,9 @@
 
 #include "core/nvtx.h"
 #include "ops/common.h"
+#ifdef HALFGRAD_CUDA
+#include "ops/norm/norm_cuda.h"
+#endif
 
 namespace halfgrad::ops {
 
@@ -71,7 +76,8 @@ std::vector<double> channel_values(const Tensor& t, int64_t C, double fill) {
 
 void check_channel_param(const char* op, const char* what, const Tensor& t, const Tensor& x) {
   if (!t.defined()) return;
-  check_floating(op, what, t);
+  check_floating_tensor(op, what, t);
+  check_same_device(op, "input", x, what, t);
   HG_CHECK(t.dim() == 1 && t.shape()[0] == x.shape()[1],
            op << ": " << what << " has shape " << shape_str(t.shape()) << " but input " << shape_str(x.shape())
               << " has " << x.shape()[1] << " channels; expected [" << x.shape()[1] << "]");
@@ -251,8 +257,39 @@ Tensor norm_forward(const char* op, const Tensor& x, const Tensor& weight, const
                               const Tensor& gy) -> std::vector<Tensor> { return norm_backward(nb, x, w, gy); });
 }
 
+#ifdef HALFGRAD_CUDA
+// A per-channel parameter as the float32 tensor the kernels read (undefined stays undefined).
+Tensor as_float32(const Tensor& t) {
+  if (!t.defined()) return Tensor();
+  return t.dtype() == kFloat32 ? t.detach() : t.cast_copy(kFloat32);
+}
+
+// The CUDA forward (norm_cuda.cu computes; the running stats are updated there, on the device) and
+// its backward record: the same inputs, gradients and dtypes as norm_forward's.
+Tensor norm_forward_cuda(const cuda::NormCudaArgs& args, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& running_mean, const Tensor& running_var) {
+  const Tensor w32 = as_float32(weight);
+  cuda::NormCudaForward f = cuda::norm_forward(args, x, w32, as_float32(bias), running_mean, running_var);
+  const bool need_x = x.requires_grad();
+  const bool need_w = weight.defined() && weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  const Dtype w_dtype = weight.defined() ? weight.dtype() : kFloat32;
+  const Dtype b_dtype = bias.defined() ? bias.dtype() : kFloat32;
+  return autograd::record(args.op, f.y, {x, weight, bias},
+                          [args, x = x.detach(), w32, saved = f.saved, need_x, need_w, need_b, w_dtype,
+                           b_dtype](const Tensor& gy) -> std::vector<Tensor> {
+                            cuda::NormCudaGrads g = cuda::norm_backward(args, x, w32, saved, gy, need_x, need_w, need_b);
+                            std::vector<Tensor> grads(3);
+                            grads[0] = g.dx;
+                            if (need_w) grads[1] = w_dtype == kFloat32 ? g.dweight : g.dweight.cast_copy(w_dtype);
+                            if (need_b) grads[2] = b_dtype == kFloat32 ? g.dbias : g.dbias.cast_copy(b_dtype);
+                            return grads;
+                          });
+}
+#endif
+
 void check_norm_input(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_floating(op, "input", x);
+  check_floating_tensor(op, "input", x);
   HG_CHECK(x.dim() >= 2, op << ": input must be (N, C, *spatial) with at least 2 dims, got shape "
                             << shape_str(x.shape()));
   check_channel_param(op, "weight", weight, x);
@@ -281,6 +318,17 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   }
   const Dtype dt = amp::autocast_dtype(amp::OpKind::BatchNorm, {x.dtype()});
   const Tensor xx = x.to(dt);
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) {
+    cuda::NormCudaArgs args;
+    args.op = "batch_norm";
+    args.per_sample = false;
+    args.batch_stats = p.training_;
+    args.momentum = p.momentum_;
+    args.eps = p.eps_;
+    return norm_forward_cuda(args, xx, weight, bias, running_mean, running_var);
+  }
+#endif
   if (!p.training_) {
     return norm_forward("batch_norm", xx, weight, bias, geo, false, running_mean.to_double_vector(),
                         running_var.to_double_vector(), p.eps_, nullptr, nullptr);
@@ -312,6 +360,16 @@ Tensor instance_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   HG_CHECK(geo.group_size() > 1, "instance_norm: expected more than 1 spatial element per (sample, channel), got "
                                  "input of shape " << shape_str(x.shape()));
   const Dtype dt = amp::autocast_dtype(amp::OpKind::InstanceNorm, {x.dtype()});
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) {
+    cuda::NormCudaArgs args;
+    args.op = "instance_norm";
+    args.per_sample = true;
+    args.batch_stats = true;
+    args.eps = eps;
+    return norm_forward_cuda(args, x.to(dt), weight, bias, Tensor(), Tensor());
+  }
+#endif
   return norm_forward("instance_norm", x.to(dt), weight, bias, geo, true, {}, {}, eps, nullptr, nullptr);
 }
 

@@ -8,6 +8,8 @@
 //   evaluation: y = weight * (x - running_mean) / sqrt(running_var + eps) + bias
 // instance_norm, x (N, C, *spatial): statistics per (n, c) over spatial, as batch_norm in training
 //   mode on each sample, no running statistics (torch.nn.functional.instance_norm).
+// Device: CPU (NCDHW) or CUDA (NCDHW or NDHWC, float32 / float16; y and dx keep x's memory format; on
+// CUDA running stats must be float32 CUDA tensors and are updated on the device).
 // weight/bias (C) may be undefined (no affine). running_mean/var (C) float32, updated in place
 // (not on the tape) when training and defined.
 // Errors: x with fewer than 2 dims, C mismatching weight/bias/running stats, training with one value

@@ -6,6 +6,8 @@
 // overlapping windows (stride < kernel) never make two threads write the same dx element.
 // Precision: FP16 inputs are compared in float (exact) and the maxima rounded back (also exact); the
 // backward's sums of overlapping windows are rounded to FP16 once.
+// CUDA tensors (NCDHW or NDHWC) go to max_pool3d_cuda.cu after the same checks: the same argmax
+// indices, kept in device memory, and a gather backward that sums in the same order.
 #include "ops/pool/max_pool3d.h"
 
 #include <cmath>
@@ -15,6 +17,9 @@
 
 #include "core/nvtx.h"
 #include "ops/common.h"
+#ifdef HALFGRAD_CUDA
+#include "ops/pool/max_pool3d_cuda.h"
+#endif
 
 namespace halfgrad::ops {
 
@@ -53,7 +58,7 @@ void pool_row_k2s2(const T* xin, int64_t row, int64_t w, int64_t hw, int64_t ow,
 
 Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride) {
   NvtxRange nvtx_range("max_pool3d");
-  check_floating("max_pool3d", "input", x);
+  check_floating_tensor("max_pool3d", "input", x);
   check_dim("max_pool3d", "input", x, 5, "(N, C, D, H, W)");
   const Shape& xs = x.shape();
   HG_CHECK(kernel >= 1 && stride >= 1, "max_pool3d: kernel and stride must be >= 1, got kernel " << kernel
@@ -66,6 +71,17 @@ Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride) {
   HG_CHECK(in_vol <= std::numeric_limits<int32_t>::max(),
            "max_pool3d: a plane of " << in_vol << " elements does not fit the 32-bit argmax indices");
 
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) {
+    cuda::MaxPoolCudaForward f = cuda::max_pool3d_forward(x, kernel, stride);
+    return autograd::record("max_pool3d", f.y, {x},
+                            [argmax = f.argmax, x_shape = xs, x_dtype = x.dtype(), format = x.memory_format(), kernel,
+                             stride](const Tensor& gy) -> std::vector<Tensor> {
+                              return {cuda::max_pool3d_backward(gy, argmax.get(), x_shape, x_dtype, format, kernel,
+                                                                stride)};
+                            });
+  }
+#endif
   const Tensor cx = to_compute(x);
   Tensor y = Tensor::empty({n, c, od, oh, ow}, cx.dtype());
   auto argmax = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(planes * out_vol));

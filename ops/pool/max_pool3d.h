@@ -2,7 +2,8 @@
 //   x (N, C, D, H, W) -> y (N, C, Do, Ho, Wo), Do = (D - k) / s + 1 (floor, no padding)
 //   y = max over the k^3 window; dx gets dy at the argmax of each window (first maximum on ties),
 //   accumulated where windows overlap.
-// Dtype: runs in the input's dtype (outside autocast's lists).
+// Dtype: runs in the input's dtype (outside autocast's lists). Device: CPU (NCDHW) or CUDA (NCDHW or
+// NDHWC; y and dx keep x's memory format).
 // Errors: x not 5-D, kernel or stride < 1, a window larger than the input.
 #pragma once
 #include "core/tensor.h"

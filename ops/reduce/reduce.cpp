@@ -1,9 +1,16 @@
+// reduce.cpp - sum, mean and argmax (math and errors in reduce.h): public ops, backward closures and
+// the CPU loops; CUDA tensors (either memory format) go to reduce_cuda.h (FP32 accumulation) and
+// their backward to elementwise_cuda.h's broadcast_scaled (dx in the input's memory format).
 #include "ops/reduce/reduce.h"
 
 #include <algorithm>
 
 #include "ops/common.h"
 #include "ops/elementwise/elementwise.h"
+#ifdef HALFGRAD_CUDA
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/reduce/reduce_cuda.h"
+#endif
 
 namespace halfgrad::ops {
 
@@ -73,7 +80,7 @@ Tensor reduce_sum(const char* op, const Tensor& x, const std::vector<bool>& mask
 
 Tensor reduce_op(const char* op, amp::OpKind kind, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
                  bool is_mean) {
-  check_floating(op, "input", x);
+  check_floating_tensor(op, "input", x);
   const Dtype out = amp::autocast_dtype(kind, {x.dtype()});
   const auto mask = reduced_mask(op, x.shape(), dims);
   int64_t count = 1;
@@ -84,14 +91,30 @@ Tensor reduce_op(const char* op, amp::OpKind kind, const Tensor& x, const std::v
   }
   HG_CHECK(!is_mean || count > 0, op << ": mean over zero elements of shape " << shape_str(x.shape()));
   const double scale = is_mean ? 1.0 / static_cast<double>(count) : 1.0;
-  Tensor y = reduce_sum(op, x, mask, scale, out).view_as_shape(out_shape);
+  Tensor y;
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) y = cuda::sum_dims(op, x, mask, scale, out).view_as_shape(out_shape);
+#endif
+  if (!y.defined()) y = reduce_sum(op, x, mask, scale, out).view_as_shape(out_shape);
   const Shape in_shape = x.shape();
   const Dtype in_dtype = x.dtype();
-  return autograd::record(op, y, {x}, [mask, scale, in_shape, in_dtype](const Tensor& gy) -> std::vector<Tensor> {
+  const MemoryFormat in_format = x.memory_format();
+  const Device in_device = x.device();
+  return autograd::record(op, y, {x}, [op, mask, scale, in_shape, in_dtype, in_format,
+                                       in_device](const Tensor& gy_in) -> std::vector<Tensor> {
+    // sum/mean are the usual roots of backward(), whose implicit seed of 1 is made on the CPU: the
+    // gradient is computed on the input's device whatever device dy arrives on.
+    const Tensor gy = gy_in.device() == in_device ? gy_in : gy_in.copy_to(in_device);
     // Broadcast dy (keepdim shape) back over the input, times scale.
     Shape ks = in_shape;
     for (size_t i = 0; i < ks.size(); ++i)
       if (mask[i]) ks[i] = 1;
+#ifdef HALFGRAD_CUDA
+    if (gy.is_cuda())
+      return {cuda::broadcast_scaled(op, gy.view_as_shape(ks), in_shape, in_format, scale, in_dtype)};
+#else
+    (void)in_format;
+#endif
     Tensor g = to_compute(gy).view_as_shape(ks);
     Tensor dx = Tensor::empty(in_shape, compute_dtype(in_dtype));
     const int64_t nd = static_cast<int64_t>(in_shape.size());
@@ -141,10 +164,13 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor argmax(const Tensor& x, int64_t dim) {
-  check_floating("argmax", "input", x);
+  check_floating_tensor("argmax", "input", x);
   const int64_t nd = x.dim();
   HG_CHECK(dim >= -nd && dim < nd, "argmax: dim " << dim << " out of range for shape " << shape_str(x.shape()));
   if (dim < 0) dim += nd;
+#ifdef HALFGRAD_CUDA
+  if (x.is_cuda()) return cuda::argmax(x, dim);
+#endif
   int64_t outer = 1, inner = 1;
   const int64_t n = x.shape()[dim];
   Shape out_shape;

@@ -1,11 +1,17 @@
+// shape.cpp - reshape and one_hot (math and errors in shape.h). reshape is Tensor::view_as_shape on
+// either device (a channels-last input is made contiguous by it); one_hot of CUDA labels runs the
+// kernel of shape_cuda.h.
 #include "ops/shape/shape.h"
 
 #include "ops/common.h"
+#ifdef HALFGRAD_CUDA
+#include "ops/shape/shape_cuda.h"
+#endif
 
 namespace halfgrad::ops {
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
-  check_input("reshape", "input", x);
+  check_tensor("reshape", "input", x);
   HG_CHECK(shape_numel(shape) == x.numel(), "reshape: cannot reshape " << shape_str(x.shape()) << " ("
                                                 << x.numel() << " elements) to " << shape_str(shape));
   Tensor y = x.view_as_shape(shape);
@@ -16,9 +22,12 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 }
 
 Tensor one_hot(const Tensor& labels, int64_t num_classes, Dtype dtype) {
-  check_input("one_hot", "labels", labels);
+  check_tensor("one_hot", "labels", labels);
   HG_CHECK(labels.dtype() == kInt64, "one_hot: labels must be int64, got " << dtype_name(labels.dtype()));
   HG_CHECK(labels.dim() >= 1, "one_hot: labels must have a batch dimension, got shape " << shape_str(labels.shape()));
+#ifdef HALFGRAD_CUDA
+  if (labels.is_cuda()) return cuda::one_hot(labels, num_classes, dtype);
+#endif
   const Shape& s = labels.shape();
   const int64_t n = s[0];
   const int64_t spatial = labels.numel() / std::max<int64_t>(n, 1);

@@ -11,6 +11,9 @@
 // OpenMP threads. Precision: float for Float32/Float16 (sums in float over n terms, n being a channel
 // count or a row), double for Float64; under autocast (FP32 list) a Float16 input is cast to FP32.
 // Saved for backward: the output y (softmax: dx = y*(dy - sum dy*y); log_softmax: dx = dy - exp(y)*sum dy).
+//
+// CUDA tensors (either memory format) go to softmax_cuda.h: the same (outer, n, inner) view taken
+// in the buffer's physical order, FP32 math, the output and dx in the input's memory format.
 #include "ops/softmax/softmax.h"
 
 #include <Eigen/Core>
@@ -18,6 +21,9 @@
 
 #include "core/nvtx.h"
 #include "ops/common.h"
+#ifdef HALFGRAD_CUDA
+#include "ops/softmax/softmax_cuda.h"
+#endif
 
 namespace halfgrad::ops {
 
@@ -167,10 +173,18 @@ void softmax_backward(const T* y, const T* dy, T* dx, const SoftmaxGeometry& g) 
 template <bool kLog>
 Tensor softmax_op(const char* op, amp::OpKind kind, const Tensor& x, int64_t dim) {
   NvtxRange nvtx_range(op);
-  check_floating(op, "input", x);
+  check_floating_tensor(op, "input", x);
   const SoftmaxGeometry g = softmax_geometry(op, x, dim);
   const Dtype dt = amp::autocast_dtype(kind, {x.dtype()});
   const Tensor xx = x.to(dt);
+#ifdef HALFGRAD_CUDA
+  if (xx.is_cuda()) {
+    Tensor out = cuda::softmax_forward(op, xx, dim, kLog);
+    return autograd::record(op, out, {xx}, [op, dim, y = out.detach()](const Tensor& gy) -> std::vector<Tensor> {
+      return {cuda::softmax_backward(op, y, gy, dim, kLog)};
+    });
+  }
+#endif
   Tensor cx = to_compute(xx);
   Tensor y = Tensor::empty(x.shape(), compute_dtype(dt));
   dispatch_compute(dt, [&](auto tag) {

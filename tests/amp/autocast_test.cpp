@@ -17,7 +17,9 @@ TEST_CASE("amp: the policy table puts each op on PyTorch's list") {
   CHECK(amp::default_policy(OpKind::Conv3d) == amp::CastPolicy::Lower);
   CHECK(amp::default_policy(OpKind::Linear) == amp::CastPolicy::Lower);
   CHECK(amp::default_policy(OpKind::Softmax) == amp::CastPolicy::Fp32);
-  CHECK(amp::default_policy(OpKind::BatchNorm) == amp::CastPolicy::Fp32);
+  // As PyTorch: batch_norm / instance_norm are on no autocast list (FP16 in, FP16 out, FP32 statistics).
+  CHECK(amp::default_policy(OpKind::BatchNorm) == amp::CastPolicy::None);
+  CHECK(amp::default_policy(OpKind::InstanceNorm) == amp::CastPolicy::None);
   CHECK(amp::default_policy(OpKind::Sum) == amp::CastPolicy::Fp32);
   CHECK(amp::default_policy(OpKind::Add) == amp::CastPolicy::Promote);
   CHECK(amp::default_policy(OpKind::Relu) == amp::CastPolicy::None);

@@ -1,0 +1,467 @@
+// gemm_bench.cu - checks and times every rung of the FP16 Tensor Core GEMM ladder (gemm_rungs.h)
+// and the production halfgrad::cuda::gemm_f16, against cuBLAS measured in the same run.
+//
+//   gemm_bench           all sizes (1024^3, 4096^3, 8192^3, 1000^3, 4095^3 timed; small odd shapes
+//                        checked only), then the layout / leading-dimension / alpha-beta checks of
+//                        gemm_f16 and its argument checks. About a minute on an H200.
+//   gemm_bench --quick   1024^3 and 4096^3 timed, the small shapes and the layout checks; < 30 s.
+//
+// Correctness: A and B hold fresh hash-random FP16 values in [-1, 1) (never zeros), C is poisoned
+// with NaN (all bits set) before every checked run, and the result is compared with cublasGemmEx
+// (FP16 in, FP32 compute, FP32 out; the yardstick only) by the relative Frobenius error
+// ||C - ref|| / ||ref||, which must be below 1e-3 (FP32 output differs from cuBLAS only by summation
+// order, ~1e-6; FP16 output adds one rounding, ~3e-4). Any FAIL makes the exit code 1; an exception
+// (CUDA error, failed precondition) exit code 2.
+// Timing: cudaEvents around each launch, after 3 warm-up launches and behind a ~5 ms spin kernel so
+// that the host has queued every launch before the GPU reaches the first (host launch overhead is not
+// measured); median of 10 launches (30 below 10 GFLOP). The launches rotate over enough input sets
+// (A, B, C) to exceed twice the L2 size, so small problems are not served from L2. TFLOP/s counts
+// 2*M*N*K; "vs cuBLAS" divides cuBLAS's time (same output type) by the kernel's.
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/gemm/gemm_rungs.h"
+#include "core/cuda/check.cuh"
+#include "ops/matmul/gemm_cuda.h"
+
+#ifdef HALFGRAD_GEMM_STANDALONE
+// Only for compiling this bench with nvcc alone, before core/cuda/runtime.cpp exists: the stream and
+// the error thrower that check.cuh declares.
+namespace halfgrad::cuda {
+cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t created = nullptr;
+    HG_CUDA_CHECK("cuda::stream", cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+    return created;
+  }();
+  return s;
+}
+void throw_cuda_error(const char* op, const char* call, cudaError_t err) {
+  throw Error(std::string(op) + ": " + call + " failed: " + cudaGetErrorString(err));
+}
+}  // namespace halfgrad::cuda
+#endif
+
+namespace {
+
+using halfgrad::cuda::GemmArgs;
+using halfgrad::cuda::GemmLayout;
+
+#define BENCH_CUDA(call) HG_CUDA_CHECK("gemm_bench", call)
+#define BENCH_CUBLAS(call)                                                                               \
+  do {                                                                                                   \
+    cublasStatus_t st_ = (call);                                                                         \
+    HG_CHECK(st_ == CUBLAS_STATUS_SUCCESS, "gemm_bench: " #call " failed: " << cublasGetStatusString(st_)); \
+  } while (0)
+
+constexpr double kTolerance = 1e-3;
+
+// ---------------------------------------------------------------------------------------------
+// Device helpers: random fill, NaN poison, relative error, spin.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+
+/// Uniform in [-1, 1) from (seed, index), rounded to FP16; never all zeros.
+__global__ void fill_half_kernel(uint16_t* p, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float u = static_cast<float>(hash32(seed * 0x9E3779B97F4A7C15ULL + i) >> 8) * (1.f / 8388608.f) - 1.f;
+    p[i] = __half_as_ushort(__float2half_rn(u));
+  }
+}
+__global__ void half_to_float_kernel(const uint16_t* h, float* f, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    f[i] = __half2float(__ushort_as_half(h[i]));
+}
+
+/// sums[0] += sum (C - ref)^2, sums[1] += sum ref^2 over the M x N window (leading dimension ldc).
+__global__ void error_sums_kernel(const void* c, bool c_half, const float* ref, int64_t M, int64_t N, int64_t ldc,
+                                  double* sums) {
+  double err2 = 0, ref2 = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * N; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t at = (i / N) * ldc + i % N;
+    const float v = c_half ? __half2float(static_cast<const __half*>(c)[at]) : static_cast<const float*>(c)[at];
+    const double d = double(v) - double(ref[at]);
+    err2 += d * d;
+    ref2 += double(ref[at]) * ref[at];
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    err2 += __shfl_down_sync(0xffffffffu, err2, off);
+    ref2 += __shfl_down_sync(0xffffffffu, ref2, off);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(&sums[0], err2);
+    atomicAdd(&sums[1], ref2);
+  }
+}
+
+/// Keeps the GPU busy for `ns` nanoseconds so that the launches queued behind it run back to back.
+__global__ void spin_kernel(uint64_t ns) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096)); }
+
+// ---------------------------------------------------------------------------------------------
+// Host helpers.
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  explicit DeviceBuffer(int64_t n) { BENCH_CUDA(cudaMalloc(&ptr, std::max<int64_t>(n, 1) * sizeof(T))); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+cudaStream_t stream() { return halfgrad::cuda::stream(); }
+
+void fill_random(uint16_t* p, int64_t n, uint64_t seed) {
+  fill_half_kernel<<<grid_for(n), 256, 0, stream()>>>(p, n, seed);
+  HG_CUDA_LAUNCH_CHECK("gemm_bench fill");
+}
+void poison(void* p, int64_t bytes) { BENCH_CUDA(cudaMemsetAsync(p, 0xFF, bytes, stream())); }  // NaN in FP32 and FP16
+
+/// ||C - ref|| / ||ref|| (NaN if C holds NaN).
+double relative_error(const void* c, bool c_half, const float* ref, int64_t M, int64_t N, int64_t ldc) {
+  static DeviceBuffer<double> sums(2);
+  BENCH_CUDA(cudaMemsetAsync(sums.ptr, 0, 2 * sizeof(double), stream()));
+  error_sums_kernel<<<grid_for(M * N), 256, 0, stream()>>>(c, c_half, ref, M, N, ldc, sums.ptr);
+  HG_CUDA_LAUNCH_CHECK("gemm_bench error");
+  double h[2];
+  BENCH_CUDA(cudaMemcpyAsync(h, sums.ptr, sizeof(h), cudaMemcpyDeviceToHost, stream()));
+  BENCH_CUDA(cudaStreamSynchronize(stream()));
+  return std::sqrt(h[0]) / std::sqrt(h[1]);
+}
+
+cublasHandle_t cublas() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t created;
+    BENCH_CUBLAS(cublasCreate(&created));
+    BENCH_CUBLAS(cublasSetStream(created, stream()));
+    return created;
+  }();
+  return h;
+}
+
+/// The reference, in gemm_f16's terms. cuBLAS is column-major: a row-major (r x c) matrix is its
+/// column-major (c x r) transpose, so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
+/// and an operand stored "as written" is exactly the transposed operand cuBLAS needs (CUBLAS_OP_N).
+void cublas_gemm(const GemmArgs& a) {
+  const cublasOperation_t op_a = a.a_layout == GemmLayout::N ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const cublasOperation_t op_b = a.b_layout == GemmLayout::N ? CUBLAS_OP_N : CUBLAS_OP_T;
+  BENCH_CUBLAS(cublasGemmEx(cublas(), op_b, op_a, static_cast<int>(a.N), static_cast<int>(a.M), static_cast<int>(a.K),
+                            &a.alpha, a.B, CUDA_R_16F, static_cast<int>(a.ldb), a.A, CUDA_R_16F, static_cast<int>(a.lda),
+                            &a.beta, a.C, a.c_half ? CUDA_R_16F : CUDA_R_32F, static_cast<int>(a.ldc),
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/// Median milliseconds of one launch; launch(i) runs the kernel on input set i % sets.
+double time_ms(const std::function<void(int)>& launch, int sets, int runs) {
+  for (int i = 0; i < 3; ++i) launch(i % sets);
+  std::vector<cudaEvent_t> ev(runs + 1);
+  for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
+  spin_kernel<<<1, 1, 0, stream()>>>(5'000'000);
+  HG_CUDA_LAUNCH_CHECK("gemm_bench spin");
+  BENCH_CUDA(cudaEventRecord(ev[0], stream()));
+  for (int i = 0; i < runs; ++i) {
+    launch((i + 3) % sets);
+    BENCH_CUDA(cudaEventRecord(ev[i + 1], stream()));
+  }
+  BENCH_CUDA(cudaEventSynchronize(ev[runs]));
+  std::vector<float> ms(runs);
+  for (int i = 0; i < runs; ++i) BENCH_CUDA(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
+  for (auto& e : ev) BENCH_CUDA(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  return runs % 2 ? ms[runs / 2] : 0.5 * (ms[runs / 2 - 1] + ms[runs / 2]);
+}
+
+int g_failures = 0;
+
+const char* verdict(double err) {
+  const bool pass = err < kTolerance;  // false for NaN
+  if (!pass) ++g_failures;
+  return pass ? "PASS" : "FAIL";
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ladder: every rung and gemm_f16 on dense N/N problems.
+// ---------------------------------------------------------------------------------------------
+
+struct Size {
+  int64_t M, N, K;
+  bool timed;
+};
+
+struct Row {
+  std::string kernel;
+  std::string note;  // "n/a: why" when the kernel cannot run the shape
+  double err = NAN, ms = NAN;
+  bool c_half = false, is_cublas = false;
+};
+
+void run_size(const Size& s, int64_t l2_bytes) {
+  const int64_t M = s.M, N = s.N, K = s.K;
+  const int64_t set_bytes = 2 * (M * K + K * N) + 6 * M * N;
+  const int sets = s.timed ? static_cast<int>(std::clamp<int64_t>((2 * l2_bytes + set_bytes - 1) / set_bytes, 2, 16)) : 1;
+  std::vector<std::unique_ptr<DeviceBuffer<uint16_t>>> A, B, Ch;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> Cf;
+  for (int i = 0; i < sets; ++i) {
+    A.emplace_back(new DeviceBuffer<uint16_t>(M * K));
+    B.emplace_back(new DeviceBuffer<uint16_t>(K * N));
+    Cf.emplace_back(new DeviceBuffer<float>(M * N));
+    Ch.emplace_back(new DeviceBuffer<uint16_t>(M * N));
+    fill_random(A[i]->ptr, M * K, 1000 * (M + 3 * N + 7 * K) + 2 * i);
+    fill_random(B[i]->ptr, K * N, 1000 * (M + 3 * N + 7 * K) + 2 * i + 1);
+  }
+  DeviceBuffer<float> ref(M * N);
+  auto args = [&](int i, bool c_half) {
+    GemmArgs a{M, N, K, A[i]->ptr, K, GemmLayout::N, B[i]->ptr, N, GemmLayout::N,
+               c_half ? static_cast<void*>(Ch[i]->ptr) : static_cast<void*>(Cf[i]->ptr), N, c_half};
+    a.op = "gemm_bench";
+    return a;
+  };
+  cublas_gemm(args(0, false));
+  BENCH_CUDA(cudaMemcpyAsync(ref.ptr, Cf[0]->ptr, M * N * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+
+  struct Kernel {
+    const char* name;
+    bool c_half, is_cublas;
+    std::function<const char*(int)> run;  // nullptr, or why it cannot run
+  };
+  using RungFn = const char* (*)(const halfgrad::bench::DenseGemm&);
+  auto rung = [&](const char* name, RungFn fn) {
+    return Kernel{name, false, false, [&, fn](int i) { return fn({M, N, K, A[i]->ptr, B[i]->ptr, Cf[i]->ptr}); }};
+  };
+  std::vector<Kernel> kernels = {
+      {"cublas (f32 out)", false, true, [&](int i) { cublas_gemm(args(i, false)); return (const char*)nullptr; }},
+      {"cublas (f16 out)", true, true, [&](int i) { cublas_gemm(args(i, true)); return (const char*)nullptr; }},
+      rung("wmma_global", halfgrad::bench::gemm_wmma_global),
+      rung("wmma_smem_tiled", halfgrad::bench::gemm_wmma_smem_tiled),
+      rung("mma_cp_async_pipeline", halfgrad::bench::gemm_mma_cp_async_pipeline),
+      rung("mma_ldmatrix_swizzle", halfgrad::bench::gemm_mma_ldmatrix_swizzle),
+      rung("mma_warp_tiled", halfgrad::bench::gemm_mma_warp_tiled),
+      {"gemm_f16 (f32 out)", false, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, false)); return (const char*)nullptr; }},
+      {"gemm_f16 (f16 out)", true, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, true)); return (const char*)nullptr; }},
+  };
+
+  const double flop = 2.0 * M * N * K;
+  const int runs = flop >= 1e10 ? 10 : 30;
+  std::vector<Row> rows;
+  for (const Kernel& k : kernels) {
+    Row r;
+    r.kernel = k.name;
+    r.c_half = k.c_half;
+    r.is_cublas = k.is_cublas;
+    void* c0 = k.c_half ? static_cast<void*>(Ch[0]->ptr) : static_cast<void*>(Cf[0]->ptr);
+    poison(c0, M * N * (k.c_half ? 2 : 4));
+    if (const char* why = k.run(0)) {
+      r.note = std::string("n/a: ") + why;
+    } else {
+      r.err = relative_error(c0, k.c_half, ref.ptr, M, N, N);
+      r.note = verdict(r.err);
+      if (s.timed) r.ms = time_ms([&](int i) { k.run(i); }, sets, runs);
+    }
+    rows.push_back(r);
+  }
+  double cublas_ms[2] = {NAN, NAN};
+  for (const Row& r : rows)
+    if (r.is_cublas) cublas_ms[r.c_half] = r.ms;
+  for (const Row& r : rows) {
+    std::string check = r.note;
+    if (!std::isnan(r.err)) {
+      char err[32];
+      std::snprintf(err, sizeof err, "  err %.2e", r.err);
+      check += err;
+    }
+    std::printf("%-22s %5lldx%5lldx%5lld  %-44s", r.kernel.c_str(), (long long)M, (long long)N, (long long)K,
+                check.c_str());
+    if (!std::isnan(r.ms)) {
+      std::printf(" %9.4f ms %8.1f TFLOP/s %6.2fx", r.ms, flop / (r.ms * 1e-3) / 1e12, cublas_ms[r.c_half] / r.ms);
+    } else if (s.timed && r.note.rfind("n/a", 0) != 0) {
+      std::printf(" (not timed)");
+    }
+    std::printf("\n");
+  }
+  std::printf("  (%s; %d input set%s rotated)\n\n", s.timed ? "timed: median of launches" : "checked only", sets,
+              sets > 1 ? "s" : "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// gemm_f16 beyond the dense N/N case: every layout pair, padded and odd leading dimensions, a
+// misaligned operand (scalar-load path), alpha and beta, FP16 and FP32 output.
+// ---------------------------------------------------------------------------------------------
+
+struct LayoutCase {
+  int64_t M, N, K;
+  GemmLayout a_layout, b_layout;
+  int64_t lda_pad = 0, ldb_pad = 0, ldc_pad = 0;
+  int64_t a_offset = 0;  // halfs: 1 makes A 2-byte aligned only
+  float alpha = 1, beta = 0;
+};
+
+void run_layout_case(const LayoutCase& c, bool c_half, uint64_t seed) {
+  const int64_t a_rows = c.a_layout == GemmLayout::N ? c.M : c.K, a_cols = c.a_layout == GemmLayout::N ? c.K : c.M;
+  const int64_t b_rows = c.b_layout == GemmLayout::N ? c.K : c.N, b_cols = c.b_layout == GemmLayout::N ? c.N : c.K;
+  const int64_t lda = a_cols + c.lda_pad, ldb = b_cols + c.ldb_pad, ldc = c.N + c.ldc_pad;
+  DeviceBuffer<uint16_t> A(a_rows * lda + c.a_offset), B(b_rows * ldb);
+  fill_random(A.ptr, a_rows * lda + c.a_offset, seed);  // padding gets random values too: never read
+  fill_random(B.ptr, b_rows * ldb, seed + 1);
+  DeviceBuffer<float> ref(c.M * ldc);
+  DeviceBuffer<float> Cf(c_half ? 0 : c.M * ldc);
+  DeviceBuffer<uint16_t> Ch(c_half ? c.M * ldc : 0);
+  void* C = c_half ? static_cast<void*>(Ch.ptr) : static_cast<void*>(Cf.ptr);
+  if (c.beta != 0) {  // C starts as random FP16 values; the reference starts from the same values
+    DeviceBuffer<uint16_t> init(c.M * ldc);
+    fill_random(init.ptr, c.M * ldc, seed + 2);
+    half_to_float_kernel<<<grid_for(c.M * ldc), 256, 0, stream()>>>(init.ptr, ref.ptr, c.M * ldc);
+    HG_CUDA_LAUNCH_CHECK("gemm_bench convert");
+    const int64_t bytes = c.M * ldc * (c_half ? 2 : 4);
+    BENCH_CUDA(cudaMemcpyAsync(C, c_half ? static_cast<void*>(init.ptr) : static_cast<void*>(ref.ptr), bytes,
+                               cudaMemcpyDeviceToDevice, stream()));
+    BENCH_CUDA(cudaStreamSynchronize(stream()));
+  } else {
+    poison(C, c.M * ldc * (c_half ? 2 : 4));
+  }
+  GemmArgs a{c.M, c.N, c.K, A.ptr + c.a_offset, lda, c.a_layout, B.ptr, ldb, c.b_layout, C, ldc, c_half, c.alpha, c.beta};
+  a.op = "gemm_bench";
+  halfgrad::cuda::gemm_f16(a);
+  GemmArgs r = a;
+  r.C = ref.ptr;
+  r.c_half = false;
+  cublas_gemm(r);
+  const double err = relative_error(C, c_half, ref.ptr, c.M, c.N, ldc);
+  std::printf("gemm_f16 %s%s %5lldx%5lldx%5lld lda %5lld%s ldb %5lld ldc %5lld alpha %.2f beta %.2f %s out  %s  err %.2e\n",
+              c.a_layout == GemmLayout::N ? "N" : "T", c.b_layout == GemmLayout::N ? "N" : "T", (long long)c.M,
+              (long long)c.N, (long long)c.K, (long long)lda, c.a_offset ? "+1" : "  ", (long long)ldb, (long long)ldc,
+              c.alpha, c.beta, c_half ? "f16" : "f32", verdict(err), err);
+}
+
+void run_layout_checks(bool quick) {
+  std::vector<LayoutCase> cases;
+  const GemmLayout kLayouts[] = {GemmLayout::N, GemmLayout::T};
+  std::vector<Size> shapes = {{17, 33, 5, false}, {1, 1, 1, false},    {64, 3, 27, false},
+                              {129, 257, 40, false}, {300, 520, 96, false}};
+  if (!quick) shapes.push_back({1000, 1000, 1000, false});
+  for (const Size& s : shapes)
+    for (GemmLayout al : kLayouts)
+      for (GemmLayout bl : kLayouts) cases.push_back({s.M, s.N, s.K, al, bl});
+  // Padded leading dimensions (16-byte path), odd ones (scalar path), a misaligned A, alpha/beta.
+  for (GemmLayout al : kLayouts)
+    for (GemmLayout bl : kLayouts) {
+      cases.push_back({200, 136, 72, al, bl, 8, 16, 5});
+      cases.push_back({200, 136, 72, al, bl, 3, 1, 0});
+      cases.push_back({131, 77, 45, al, bl, 0, 0, 1, 1});
+      cases.push_back({260, 300, 100, al, bl, 8, 0, 0, 0, 1.5f, -0.75f});
+    }
+  uint64_t seed = 77;
+  for (const LayoutCase& c : cases)
+    for (bool c_half : {false, true}) run_layout_case(c, c_half, seed += 3);
+  std::printf("\n");
+}
+
+/// Bad arguments must raise halfgrad::Error before anything is launched.
+void run_argument_checks() {
+  DeviceBuffer<uint16_t> A(64), B(64);
+  DeviceBuffer<float> C(64);
+  auto expect_error = [](const char* what, GemmArgs a) {
+    bool threw = false;
+    try {
+      halfgrad::cuda::gemm_f16(a);
+    } catch (const halfgrad::Error& e) {
+      threw = std::strstr(e.what(), "bad_args") != nullptr;  // the message names the op
+      std::printf("gemm_f16 rejects %-22s %s  (\"%s\")\n", what, threw ? "PASS" : "FAIL", e.what());
+    }
+    if (!threw) {
+      ++g_failures;
+      std::printf("gemm_f16 rejects %-22s FAIL (no error)\n", what);
+    }
+  };
+  const GemmArgs ok{8, 8, 8, A.ptr, 8, GemmLayout::N, B.ptr, 8, GemmLayout::N, C.ptr, 8, false, 1, 0, "bad_args"};
+  GemmArgs a = ok;
+  a.M = 0;
+  expect_error("M = 0", a);
+  a = ok;
+  a.A = nullptr;
+  expect_error("null A", a);
+  a = ok;
+  a.lda = 7;
+  expect_error("lda < K", a);
+  a = ok;
+  a.b_layout = GemmLayout::T;
+  a.ldb = 4;
+  expect_error("ldb < K (B layout T)", a);
+  a = ok;
+  a.ldc = 3;
+  expect_error("ldc < N", a);
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    int device = 0, l2 = 0;
+    cudaDeviceProp prop;
+    BENCH_CUDA(cudaGetDevice(&device));
+    BENCH_CUDA(cudaGetDeviceProperties(&prop, device));
+    BENCH_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    std::printf("%s (sm_%d%d, %d SMs, L2 %d MiB)\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+                l2 >> 20);
+    HG_CHECK(prop.major >= 8, "gemm_bench: needs sm_80 or newer (cp.async, ldmatrix, mma.sync.m16n8k16)");
+
+    std::vector<Size> sizes = {{17, 33, 5, false}, {1, 1, 1, false}, {64, 3, 27, false}, {129, 257, 40, false},
+                               {1024, 1024, 1024, true}, {4096, 4096, 4096, true}};
+    if (!quick) {
+      sizes.push_back({8192, 8192, 8192, true});
+      sizes.push_back({1000, 1000, 1000, true});
+      sizes.push_back({4095, 4095, 4095, true});
+    }
+    std::printf("%-22s %-17s  %-44s %12s %16s %7s\n\n", "kernel", "M x N x K", "check (rel. Frobenius error < 1e-3)",
+                "time", "rate", "cuBLAS");
+    for (const Size& s : sizes) run_size(s, l2);
+    run_layout_checks(quick);
+    run_argument_checks();
+    BENCH_CUDA(cudaDeviceSynchronize());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
+    return 2;
+  }
+  if (g_failures) {
+    std::printf("%d check(s) FAILED\n", g_failures);
+    return 1;
+  }
+  std::printf("all checks PASS\n");
+  return 0;
+}

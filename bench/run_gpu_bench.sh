@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# run_gpu_bench.sh - everything halfgrad measures on the GPU machine, beside the PyTorch references,
+# in one call: CUDA tests (plain, then under compute-sanitizer memcheck and racecheck), the GEMM
+# ladder against cuBLAS, conv3d per layer against cuDNN, the U-Net step against PyTorch eager, and
+# the hippocampus AMP training of both. Results (JSON, logs) go to $OUT (default ./gpu-results);
+# bench/compare_gpu.py prints the ratios at the end.
+#
+# Runs from the folder tools/gpu/pack.sh fills (.carry/): build/ (shared-library build), lib/,
+# data/hippocampus, reference/ (../shared/reference scripts + compare_gpu.py + torch_hippo_amp.py).
+#   bash bench/run_gpu_bench.sh [tests] [sanitize] [gemm] [conv] [step] [step-quick] [hippo] [all]
+set -uo pipefail
+cd "$(dirname "$0")/../.carry"
+OUT=${OUT:-$PWD/../gpu-results}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-}
+export HIPPO=$PWD/data/hippocampus PYTHONUNBUFFERED=1
+want() { for a in "${PHASES[@]}"; do [[ $a == "$1" || $a == all ]] && return 0; done; return 1; }
+PHASES=("$@")
+[ ${#PHASES[@]} -eq 0 ] && PHASES=(all)
+t() { local s=$SECONDS; "$@"; local rc=$?; echo "[phase took $((SECONDS - s)) s, rc $rc]"; return $rc; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader
+if want tests; then
+  echo "== CUDA tests"
+  t build/tests/halfgrad_tests -sf='*cuda*' 2>&1 | tee "$OUT/tests.log" | tail -40
+fi
+if want sanitize; then
+  echo "== compute-sanitizer memcheck / racecheck on the CUDA tests"
+  for tool in memcheck racecheck; do
+    t compute-sanitizer --tool $tool --error-exitcode 9 build/tests/halfgrad_tests -sf='*cuda*' > "$OUT/sanitizer_$tool.log" 2>&1
+    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid" "$OUT/sanitizer_$tool.log" | sort | uniq -c | head -8
+  done
+fi
+if want gemm; then
+  echo "== GEMM ladder vs cuBLAS"
+  t build/bench/gemm/gemm_bench ${GEMM_ARGS:-} 2>&1 | tee "$OUT/gemm.log" | tail -45
+fi
+if want conv; then
+  echo "== conv3d per layer vs cuDNN"
+  t python3 reference/torch_conv3d.py "$OUT/torch_conv3d.json" > "$OUT/torch_conv3d.log" 2>&1
+  t build/bench/conv3d_cuda_bench "$OUT/conv3d_cuda.json" 2>&1 | tail -30
+fi
+if want step || want step-quick; then
+  echo "== U-Net step vs PyTorch eager"
+  t python3 reference/torch_unet_step.py "$OUT/torch_unet_step.json" > "$OUT/torch_unet_step.log" 2>&1
+  q=""; want step-quick && ! want step && q=--quick
+  t build/bench/unet_step_cuda "$OUT/unet_step_cuda.json" $q 2>&1 | tail -12
+fi
+if want hippo; then
+  echo "== hippocampus, AMP, reference recipe: PyTorch then halfgrad"
+  t python3 reference/torch_hippo_amp.py "$OUT/torch_hippo_amp.json" 2>&1 | tee "$OUT/torch_hippo.log" | tail -3
+  t build/examples/halfgrad-unet3d train --device cuda --amp --config reference --data "$HIPPO" --out "$OUT/hippo_amp" \
+      --no-progress ${HIPPO_ARGS:-} 2>&1 | tee "$OUT/hippo_amp.log" | grep -E "epoch [0-9]+0/|done|error|device|model"
+fi
+python3 reference/compare_gpu.py "$OUT"

@@ -1,0 +1,221 @@
+// conv3d_cuda.cu - the Tensor-level launchers of conv3d_cuda.h: they bring the operands to
+// channels-last in the op's dtype, pack the weight into the GEMM's B matrix, describe the gather of
+// A (conv_igemm.cuh), and pick the Tensor Core (FP16) or FFMA (FP32) kernel.
+//
+// Kernels in this file (small, memory-bound, one thread per element, grid-stride):
+//   pack_weights: w (A0, A1, T) (the weight as stored, T = k^3 taps) -> B (n_pad, k_pad), zero-padded,
+//     in one of three orders (the KRSC reorder of the brief, done per call: weights are small):
+//       fprop    B[co][tap*Cin + ci]   = w[co][ci][tap]      (A0 = Cout, A1 = Cin)
+//       dgrad    B[ci][tap*Cout + co]  = w[co][ci][tap]
+//       scatter  B[tap*A1 + c1][c0]    = w[c0][c1][tap]      (conv_transpose3d, kernel == stride)
+//   sum_splits: dw[co][ci][tap] = sum over s of partial[s][co][tap*Cin + ci], FP32, splits in order
+//     (deterministic), rounded once to the weight's dtype.
+// Precision: packing copies (same dtype as the op); the split sum is FP32.
+#include <climits>
+
+#include "core/cuda/check.cuh"
+#include "ops/conv/conv3d_cuda.h"
+#include "ops/conv/conv_igemm.cuh"
+
+namespace halfgrad::ops::conv {
+
+using igemm::Epilogue;
+using igemm::Gather;
+using cuda::from_float;
+using cuda::to_float;
+
+namespace {
+
+template <typename T>
+__global__ void pack_weights_kernel(const T* __restrict__ w, int a0, int a1, int taps, PackOrder order, T* __restrict__ B,
+                                    int n_pad, int k_pad) {
+  const int64_t total = static_cast<int64_t>(n_pad) * k_pad;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int nn = static_cast<int>(i / k_pad), kk = static_cast<int>(i % k_pad);
+    int64_t src = -1;
+    if (order == PackOrder::Fprop) {
+      if (nn < a0 && kk < taps * a1) src = (static_cast<int64_t>(nn) * a1 + kk % a1) * taps + kk / a1;
+    } else if (order == PackOrder::Dgrad) {
+      if (nn < a1 && kk < taps * a0) src = (static_cast<int64_t>(kk % a0) * a1 + nn) * taps + kk / a0;
+    } else {
+      if (nn < taps * a1 && kk < a0) src = (static_cast<int64_t>(kk) * a1 + nn % a1) * taps + nn / a1;
+    }
+    B[i] = src >= 0 ? w[src] : from_float<T>(0.f);
+  }
+}
+
+template <typename T>
+__global__ void sum_splits_kernel(const float* __restrict__ partial, int splits, int cout, int cin, int taps,
+                                  T* __restrict__ dw) {
+  const int64_t total = static_cast<int64_t>(cout) * cin * taps, K = static_cast<int64_t>(cin) * taps;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t co = i / K, r = i % K, ci = r / taps, tap = r % taps;
+    const int64_t kk = tap * cin + ci;
+    float s = 0.f;
+    for (int sp = 0; sp < splits; ++sp) s += partial[(sp * cout + co) * K + kk];
+    dw[i] = from_float<T>(s);
+  }
+}
+
+int as_int(int64_t v, const char* op, const char* what) {
+  HG_CHECK(v >= 0 && v < INT_MAX, op << ": " << what << " = " << v << " exceeds the 32-bit index range of the CUDA kernels");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+Tensor to_channels_last(const Tensor& t, Dtype dt) {
+  const Tensor c = t.dtype() == dt ? t : t.cast_copy(dt);
+  return c.format_copy(MemoryFormat::ChannelsLast3d);
+}
+
+Tensor pack_weights(const Tensor& w, PackOrder order, const char* op) {
+  const Tensor wc = w.format_copy(MemoryFormat::Contiguous);
+  const int a0 = as_int(w.size(0), op, "weight dim 0"), a1 = as_int(w.size(1), op, "weight dim 1");
+  const int taps = as_int(w.size(2) * w.size(3) * w.size(4), op, "kernel taps");
+  int64_t n = 0, k = 0;
+  switch (order) {
+    case PackOrder::Fprop: n = a0; k = int64_t{taps} * a1; break;
+    case PackOrder::Dgrad: n = a1; k = int64_t{taps} * a0; break;
+    case PackOrder::Scatter: n = int64_t{taps} * a1; k = a0; break;
+  }
+  const int64_t n_pad = (n + igemm::kPadN - 1) / igemm::kPadN * igemm::kPadN;
+  const int64_t k_pad = (k + igemm::kPadK - 1) / igemm::kPadK * igemm::kPadK;
+  Tensor B = Tensor::empty({n_pad, k_pad}, w.dtype(), Device::CUDA);
+  const int np = as_int(n_pad, op, "packed weight rows"), kp = as_int(k_pad, op, "packed weight columns");
+  if (w.dtype() == kFloat16) {
+    pack_weights_kernel<<<cuda::grid_for(n_pad * k_pad), 256, 0, cuda::stream()>>>(
+        reinterpret_cast<const __half*>(wc.data<uint16_t>()), a0, a1, taps, order,
+        reinterpret_cast<__half*>(B.data<uint16_t>()), np, kp);
+  } else {
+    pack_weights_kernel<<<cuda::grid_for(n_pad * k_pad), 256, 0, cuda::stream()>>>(wc.data<float>(), a0, a1, taps, order,
+                                                                                  B.data<float>(), np, kp);
+  }
+  HG_CUDA_LAUNCH_CHECK(op);
+  return B;
+}
+
+Gather make_gather(const Tensor& src_cl, const ConvGeometry& g, bool transposed, const char* op) {
+  Gather ga;
+  ga.src = src_cl.raw_data();
+  const Shape& s = src_cl.shape();
+  ga.n = as_int(s[0], op, "batch");
+  ga.c = as_int(s[1], op, "gathered channels");
+  ga.d = as_int(s[2], op, "depth");
+  ga.h = as_int(s[3], op, "height");
+  ga.w = as_int(s[4], op, "width");
+  as_int(s[0] * s[2] * s[3] * s[4], op, "gathered volume (pixels)");
+  // Row space: the output extents of the convolution (forward) or its input extents (transposed).
+  ga.od = as_int(transposed ? g.d : g.od, op, "output depth");
+  ga.oh = as_int(transposed ? g.h : g.oh, op, "output height");
+  ga.ow = as_int(transposed ? g.w : g.ow, op, "output width");
+  as_int(s[0] * ga.od * ga.oh * ga.ow, op, "GEMM rows M");
+  as_int(g.kvol() * s[1], op, "GEMM depth K");
+  ga.k = as_int(g.k, op, "kernel");
+  ga.stride = as_int(g.s, op, "stride");
+  ga.pad = as_int(g.p, op, "padding");
+  ga.transposed = transposed;
+  ga.init();
+  return ga;
+}
+
+void run_igemm(const Gather& ga, const Tensor& B, const Epilogue& e, const char* op) {
+  const int k_pad = as_int(B.size(1), op, "packed weight columns");
+  if (B.dtype() == kFloat16) {
+    HG_CHECK(B.size(0) >= (e.N + igemm::kPadN - 1) / igemm::kPadN * igemm::kPadN, op << ": packed weight has too few rows");
+    igemm::tc_igemm(ga, reinterpret_cast<const __half*>(B.data<uint16_t>()), k_pad, e, op);
+  } else {
+    igemm::simt_igemm(ga, B.data<float>(), k_pad, e, op);
+  }
+}
+
+namespace {
+
+void check_conv_operands(const char* op, const ConvGeometry& g, const Tensor& t, const Shape& want, const char* what,
+                         const Tensor& w) {
+  HG_CHECK(t.is_cuda() && w.is_cuda(), op << ": " << what << " and weight must be CUDA tensors");
+  HG_CHECK(t.shape() == want, op << ": " << what << " " << shape_str(t.shape()) << " does not match the geometry "
+                                 << shape_str(want) << " (weight " << shape_str(w.shape()) << ")");
+  HG_CHECK(w.dtype() == kFloat16 || w.dtype() == kFloat32,
+           op << ": weight " << shape_str(w.shape()) << " must be float16 or float32, got " << dtype_name(w.dtype()));
+  HG_CHECK(is_floating(t.dtype()) && t.dtype() != kFloat64,
+           op << ": " << what << " " << shape_str(t.shape()) << " must be float16 or float32, got " << dtype_name(t.dtype()));
+}
+
+}  // namespace
+
+Tensor dgrad_with_bias(const ConvGeometry& g, const Tensor& dy, const Tensor& w, const Tensor& b, MemoryFormat format,
+                       const char* op) {
+  const Dtype dt = w.dtype();
+  const Tensor dys = to_channels_last(dy, dt);
+  const Gather ga = make_gather(dys, g, /*transposed=*/true, op);
+  const Tensor B = pack_weights(w, PackOrder::Dgrad, op);
+  Tensor dx = Tensor::empty({g.n, g.cin, g.d, g.h, g.w}, dt, Device::CUDA, MemoryFormat::ChannelsLast3d);
+  Epilogue e;
+  e.out = dx.raw_data();
+  e.out_half = dt == kFloat16;
+  const Tensor bc = b.defined() ? (b.dtype() == dt ? b : b.cast_copy(dt)) : Tensor();
+  e.bias = bc.defined() ? bc.raw_data() : nullptr;
+  e.N = as_int(g.cin, op, "channels");
+  run_igemm(ga, B, e, op);
+  return dx.format_copy(format);
+}
+
+Tensor cuda_conv3d_fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b, MemoryFormat format) {
+  const char* op = "conv3d";
+  check_conv_operands(op, g, x, {g.n, g.cin, g.d, g.h, g.w}, "input", w);
+  HG_CHECK(!b.defined() || (b.is_cuda() && b.numel() == g.cout), op << ": bias must be a CUDA tensor of " << g.cout << " elements");
+  const Dtype dt = w.dtype();
+  const Tensor xs = to_channels_last(x, dt);
+  const Gather ga = make_gather(xs, g, /*transposed=*/false, op);
+  const Tensor B = pack_weights(w, PackOrder::Fprop, op);
+  Tensor y = Tensor::empty({g.n, g.cout, g.od, g.oh, g.ow}, dt, Device::CUDA, MemoryFormat::ChannelsLast3d);
+  Epilogue e;
+  e.out = y.raw_data();
+  e.out_half = dt == kFloat16;
+  const Tensor bc = b.defined() ? (b.dtype() == dt ? b : b.cast_copy(dt)) : Tensor();
+  e.bias = bc.defined() ? bc.raw_data() : nullptr;
+  e.N = as_int(g.cout, op, "output channels");
+  run_igemm(ga, B, e, op);
+  return y.format_copy(format);
+}
+
+Tensor cuda_conv3d_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, MemoryFormat format) {
+  check_conv_operands("conv3d backward (input gradient)", g, dy, {g.n, g.cout, g.od, g.oh, g.ow}, "output gradient", w);
+  return dgrad_with_bias(g, dy, w, Tensor(), format, "conv3d backward (input gradient)");
+}
+
+Tensor cuda_conv3d_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, MemoryFormat w_format) {
+  const char* op = "conv3d backward (weight gradient)";
+  HG_CHECK(x.is_cuda() && dy.is_cuda(), op << ": input and output gradient must be CUDA tensors");
+  HG_CHECK(x.shape() == Shape({g.n, g.cin, g.d, g.h, g.w}) && dy.shape() == Shape({g.n, g.cout, g.od, g.oh, g.ow}),
+           op << ": input " << shape_str(x.shape()) << " / output gradient " << shape_str(dy.shape())
+              << " do not match the geometry (Cin " << g.cin << ", Cout " << g.cout << ", k " << g.k << ")");
+  const Dtype dt = x.dtype();
+  HG_CHECK(dt == kFloat16 || dt == kFloat32, op << ": input must be float16 or float32, got " << dtype_name(dt));
+  const Tensor xs = to_channels_last(x, dt), dys = to_channels_last(dy, dt);
+  const Gather ga = make_gather(xs, g, /*transposed=*/false, op);
+  const int cout = as_int(g.cout, op, "output channels");
+  const bool tc = dt == kFloat16;
+  const int splits = igemm::wgrad_splits(ga.M, cout, ga.K, tc);
+  Tensor partial = Tensor::empty({int64_t{splits} * cout * ga.K}, kFloat32, Device::CUDA);
+  if (tc) {
+    igemm::tc_wgrad(ga, reinterpret_cast<const __half*>(dys.data<uint16_t>()), cout, partial.data<float>(), splits, op);
+  } else {
+    igemm::simt_wgrad(ga, dys.data<float>(), cout, partial.data<float>(), splits, op);
+  }
+  Tensor dw = Tensor::empty({g.cout, g.cin, g.k, g.k, g.k}, dt, Device::CUDA);
+  const int64_t total = dw.numel();
+  const int cin = as_int(g.cin, op, "input channels"), taps = as_int(g.kvol(), op, "kernel taps");
+  if (tc) {
+    sum_splits_kernel<<<cuda::grid_for(total), 256, 0, cuda::stream()>>>(partial.data<float>(), splits, cout, cin, taps,
+                                                                         reinterpret_cast<__half*>(dw.data<uint16_t>()));
+  } else {
+    sum_splits_kernel<<<cuda::grid_for(total), 256, 0, cuda::stream()>>>(partial.data<float>(), splits, cout, cin, taps,
+                                                                         dw.data<float>());
+  }
+  HG_CUDA_LAUNCH_CHECK(op);
+  return w_format == MemoryFormat::Contiguous ? dw : dw.format_copy(w_format);
+}
+
+}  // namespace halfgrad::ops::conv

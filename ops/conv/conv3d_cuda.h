@@ -1,0 +1,39 @@
+// conv3d_cuda.h - conv3d and conv_transpose3d on CUDA tensors (plain C++; defined in the .cu files of
+// ops/conv/). conv3d.cpp calls these from its forward and backward when the input is on CUDA.
+//
+// Every function takes CUDA tensors of one floating dtype (float32 or float16; dy may differ and is
+// cast to the weight's dtype), in either memory format, and works in channels-last (NDHWC)
+// internally (format_copy when a tensor is NCDHW). FP16 runs on Tensor Cores (FP16 operands, FP32
+// accumulation, output rounded once); FP32 runs on FFMA. Kernels, math and layouts:
+//   conv_igemm.cuh        the implicit-GEMM view (gathers), shared primitives, pointer launchers
+//   conv3d_fprop_cuda.cu  Tensor Core implicit GEMM: fprop, dgrad, conv_transpose3d forward
+//   conv3d_wgrad_cuda.cu  Tensor Core weight gradient (split over M, deterministic sum)
+//   conv3d_simt_cuda.cu   the FP32 (FFMA) twins of both
+//   conv3d_cuda.cu        these launchers: weight packing, split sums, format and dtype handling
+//   conv_transpose3d_cuda.cu  conv_transpose3d's forward and the bias gradient
+// `g` is the geometry of the convolution (ops/conv/vol2col.h); for conv_transpose3d it is the
+// geometry of its adjoint convolution G, as in conv3d.cpp. Errors (halfgrad::Error) name the op and
+// the shapes.
+#pragma once
+#include "core/tensor.h"
+#include "ops/conv/vol2col.h"
+
+namespace halfgrad::ops::conv {
+
+/// y (N, Cout, Do, Ho, Wo) in `format` = conv3d(x (N, Cin, D, H, W), w (Cout, Cin, k, k, k)) + b (Cout)
+/// (b may be undefined).
+Tensor cuda_conv3d_fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b, MemoryFormat format);
+/// dx (N, Cin, D, H, W) in `format` from dy (N, Cout, Do, Ho, Wo) and w (Cout, Cin, k, k, k). Any stride
+/// (stride > 1 runs the same kernel with zero taps skipped by predication: correct, s^3 x the MMAs).
+Tensor cuda_conv3d_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, MemoryFormat format);
+/// dw (Cout, Cin, k, k, k) in `w_format` from x (N, Cin, D, H, W) and dy (N, Cout, Do, Ho, Wo).
+Tensor cuda_conv3d_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, MemoryFormat w_format);
+/// conv_transpose3d's y (N, Cout_t, ...) = dgrad_G(x, w) + b, x (N, Cin_t, ...), w (Cin_t, Cout_t, k, k, k).
+/// kernel == stride with padding 0 (the U-Net's up-convolution): one pointwise GEMM (N = k^3 Cout_t)
+/// with a scatter epilogue; otherwise the dgrad kernel with the bias in its epilogue.
+Tensor cuda_conv_transpose3d_fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                                   MemoryFormat format);
+/// db (C) = sums of t (N, C, ...) over all but the channel dim, FP32 accumulation, in t's dtype.
+Tensor cuda_channel_sums(const Tensor& t);
+
+}  // namespace halfgrad::ops::conv

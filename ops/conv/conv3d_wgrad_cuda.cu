@@ -1,0 +1,230 @@
+// conv3d_wgrad_cuda.cu - the FP16 Tensor Core weight gradient of conv3d (tc_wgrad in conv_igemm.cuh),
+// also conv_transpose3d's weight gradient (conv3d_cuda.cu swaps the roles of x and dy).
+//
+// Math: dW (Cout, K) = dy^T (Cout, M) * A (M, K), K = k^3*Cin ordered (tap, ci) (KRSC), where
+// A = im2col(x) is gathered on the fly (the forward gather of conv_igemm.cuh) and dy (M, Cout) is the
+// output gradient, channels-last, M = N*Do*Ho*Wo. The reduction runs over M, which is huge (16 * 64^3
+// = 4.2M) while Cout x K is small (16 x 432 ... 256 x 6912), so M is split: split s of `splits` sums
+// a contiguous range of M rows into partial[s] (Cout, K) in FP32, and conv3d_cuda.cu adds the splits
+// in a fixed order (deterministic; no atomics) while permuting KRSC back to (Cout, Cin, k, k, k).
+//
+// Parallel mapping: grid (Cout / BM, K / BN, splits); one block owns a BM x BN tile of one split's
+// partial and walks its M range in slices of kBlockK = 32 rows through a 3-stage cp.async pipeline.
+// Shared tiles are stored as they arrive, M-major: dy's slice (32, BM) and A's slice (32, BN) with the
+// channel dimension contiguous; both MMA operands are therefore K-major ("transposed") and come out
+// of shared memory with ldmatrix.trans. Warps: BM x BN = 16x128 (1x4 warps, Cout <= 16), 32x128 (1x4),
+// 64x128 (2x2), 128x128 (2x4, 256 threads). A thread's 16-byte chunk of A has the same column in
+// every slice, so its (tap, c) decomposition is made once; each slice decomposes the thread's rows.
+//
+// Channels that are not a multiple of 8 (Cin = 1, 3, 17; Cout = 3): that operand's slice is gathered
+// element by element into the same shared tile (zeros past M, past K and in the padding), so the MMAs
+// are unchanged; see conv3d_fprop_cuda.cu.
+//
+// Precision: FP16 operands, FP32 accumulation in the MMA registers and FP32 partials; the final sum
+// of the splits is FP32, rounded once to the weight's dtype.
+//
+// Shared memory: rows of BM + 8 and BN + 8 halfs; for widths that are multiples of 16 halfs the +8
+// makes the row stride an odd multiple of 16 bytes, so the 8 rows of an ldmatrix hit 8 different
+// 16-byte bank groups.
+//
+// Predicted on H200: ~100-200 TFLOP/s for the 64..256-channel layers (long per-block reductions,
+// 128x128 tiles), ~40-80 TFLOP/s for Cout = 16 at 64^3 (16-row tiles: the gather of A is the limit).
+#include <algorithm>
+
+#include "core/cuda/check.cuh"
+#include "ops/conv/conv_igemm.cuh"
+
+namespace halfgrad::ops::conv::igemm {
+namespace {
+
+constexpr int kBlockK = 32;  // M rows per pipeline stage
+constexpr int kStages = 3;
+constexpr int kInstrM = 16, kInstrN = 8, kInstrK = 16;
+
+template <int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_>
+struct WgradConfig {
+  static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWarpM = kBlockM / kWarpsM, kWarpN = kBlockN / kWarpsN;
+  static constexpr int kMmaM = kWarpM / kInstrM, kMmaN = kWarpN / kInstrN;
+  static constexpr int kRowA = kBlockM + 8, kRowB = kBlockN + 8;  // halfs per shared row (header)
+  static constexpr int kStageHalfs = kBlockK * (kRowA + kRowB);
+  static constexpr int kSmemBytes = kStages * kStageHalfs * 2;
+  static_assert(kWarpM % kInstrM == 0 && kWarpN % (2 * kInstrN) == 0, "warp tile: m16 rows, pairs of n8 columns");
+  static_assert(kThreads % (kBlockN / 8) == 0 && kThreads % kBlockN == 0 && kThreads % (kBlockM / 8 > 0 ? kBlockM / 8 : 1) == 0,
+                "a thread's column of A (and of dy) is the same in every slice");
+};
+
+struct WgradArgs {
+  Gather g;
+  const __half* dy;  // (M, cout)
+  int cout;
+  float* partial;    // (splits, cout, K)
+  int rows_per_split;  // a multiple of kBlockK
+  bool vector_a, vector_dy;
+};
+
+template <class Cfg>
+__device__ __forceinline__ void load_slice(const WgradArgs& p, int m0, int m_end, int co0, int n0, __half* As, __half* Bs) {
+  const int tid = threadIdx.x;
+  const Gather& g = p.g;
+  // dy slice (kBlockK rows, BM channels) -> As
+  if (p.vector_dy) {
+    for (int idx = tid; idx < kBlockK * (Cfg::kBlockM / 8); idx += Cfg::kThreads) {
+      const int r = idx / (Cfg::kBlockM / 8), cc = idx % (Cfg::kBlockM / 8);
+      const int m = m0 + r, co = co0 + cc * 8;
+      const bool ok = m < m_end && co < p.cout;
+      const __half* src = ok ? p.dy + static_cast<int64_t>(m) * p.cout + co : p.dy;
+      cp_async16(As + r * Cfg::kRowA + cc * 8, src, ok ? 16 : 0);
+    }
+  } else {
+    for (int idx = tid; idx < kBlockK * Cfg::kBlockM; idx += Cfg::kThreads) {
+      const int r = idx / Cfg::kBlockM, c = idx % Cfg::kBlockM;
+      const int m = m0 + r, co = co0 + c;
+      As[r * Cfg::kRowA + c] = (m < m_end && co < p.cout) ? p.dy[static_cast<int64_t>(m) * p.cout + co] : __float2half_rn(0.f);
+    }
+  }
+  // A slice (kBlockK rows, BN columns of K) -> Bs
+  const __half* src = static_cast<const __half*>(g.src);
+  if (p.vector_a) {
+    const int kc = tid % (Cfg::kBlockN / 8);
+    const int4 col = gather_col(g, n0 + kc * 8);
+    for (int idx = tid; idx < kBlockK * (Cfg::kBlockN / 8); idx += Cfg::kThreads) {
+      const int r = idx / (Cfg::kBlockN / 8);
+      const int m = m0 + r;
+      const int64_t off = m < m_end ? gather_offset(g, gather_row(g, m), col) : -1;
+      cp_async16(Bs + r * Cfg::kRowB + kc * 8, off >= 0 ? src + off : src, off >= 0 ? 16 : 0);
+    }
+  } else {
+    const int c = tid % Cfg::kBlockN;
+    const int4 col = gather_col(g, n0 + c);
+    for (int idx = tid; idx < kBlockK * Cfg::kBlockN; idx += Cfg::kThreads) {
+      const int r = idx / Cfg::kBlockN;
+      const int m = m0 + r;
+      const int64_t off = (m < m_end && col.x >= 0) ? gather_offset(g, gather_row(g, m), col) : -1;
+      Bs[r * Cfg::kRowB + c] = off >= 0 ? src[off] : __float2half_rn(0.f);
+    }
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __half* smem = reinterpret_cast<__half*>(smem_raw);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int warp_m = warp % Cfg::kWarpsM, warp_n = warp / Cfg::kWarpsM;
+  const int co0 = blockIdx.x * Cfg::kBlockM, n0 = blockIdx.y * Cfg::kBlockN;
+  const int m_begin = blockIdx.z * p.rows_per_split;
+  const int m_end = min(p.g.M, m_begin + p.rows_per_split);
+
+  auto stage_a = [&](int s) { return smem + s * Cfg::kStageHalfs; };
+  auto stage_b = [&](int s) { return smem + s * Cfg::kStageHalfs + kBlockK * Cfg::kRowA; };
+
+  float acc[Cfg::kMmaM][Cfg::kMmaN][4];
+#pragma unroll
+  for (int i = 0; i < Cfg::kMmaM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kMmaN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+
+  const int num_k = m_end > m_begin ? (m_end - m_begin + kBlockK - 1) / kBlockK : 0;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_k) load_slice<Cfg>(p, m_begin + s * kBlockK, m_end, co0, n0, stage_a(s), stage_b(s));
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < num_k; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int next = kt + kStages - 1;
+    if (next < num_k) load_slice<Cfg>(p, m_begin + next * kBlockK, m_end, co0, n0, stage_a(next % kStages), stage_b(next % kStages));
+    cp_async_commit();
+
+    const __half* As = stage_a(kt % kStages);  // (k = M rows, m = cout) : K-major A
+    const __half* Bs = stage_b(kt % kStages);  // (k = M rows, n = K cols) : K-major B
+#pragma unroll
+    for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {
+      unsigned a[Cfg::kMmaM][4], b[Cfg::kMmaN][2];
+#pragma unroll
+      for (int i = 0; i < Cfg::kMmaM; ++i)
+        ldmatrix_x4_trans(a[i], As + (ks * kInstrK + (lane / 16) * 8 + lane % 8) * Cfg::kRowA + warp_m * Cfg::kWarpM +
+                                    i * kInstrM + ((lane / 8) % 2) * 8);
+#pragma unroll
+      for (int j = 0; j < Cfg::kMmaN; j += 2) {
+        unsigned r[4];
+        ldmatrix_x4_trans(r, Bs + (ks * kInstrK + ((lane / 8) % 2) * 8 + lane % 8) * Cfg::kRowB + warp_n * Cfg::kWarpN +
+                                 j * kInstrN + (lane / 16) * 8);
+        b[j][0] = r[0];
+        b[j][1] = r[1];
+        b[j + 1][0] = r[2];
+        b[j + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < Cfg::kMmaM; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::kMmaN; ++j) mma_16816(acc[i][j], a[i], b[j][0], b[j][1]);
+    }
+  }
+  cp_async_wait<0>();
+
+  float* out = p.partial + static_cast<int64_t>(blockIdx.z) * p.cout * p.g.K;
+#pragma unroll
+  for (int i = 0; i < Cfg::kMmaM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kMmaN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int co = co0 + warp_m * Cfg::kWarpM + i * kInstrM + lane / 4 + (r / 2) * 8;
+        const int kk = n0 + warp_n * Cfg::kWarpN + j * kInstrN + (lane % 4) * 2 + r % 2;
+        if (co < p.cout && kk < p.g.K) out[static_cast<int64_t>(co) * p.g.K + kk] = acc[i][j][r];
+      }
+}
+
+template <class Cfg>
+void launch(const WgradArgs& p, int splits, const char* op) {
+  auto kernel = tc_wgrad_kernel<Cfg>;
+  static const bool configured = [&] {
+    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid((p.cout + Cfg::kBlockM - 1) / Cfg::kBlockM, (p.g.K + Cfg::kBlockN - 1) / Cfg::kBlockN, splits);
+  HG_CHECK(grid.y <= 65535 && grid.z <= 65535, op << ": wgrad grid (" << grid.x << ", " << grid.y << ", " << grid.z
+                                                  << ") exceeds the limits");
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, cuda::stream()>>>(p);
+  HG_CUDA_LAUNCH_CHECK(op);
+}
+
+int tile_m(int cout) { return cout <= 16 ? 16 : cout <= 32 ? 32 : cout <= 64 ? 64 : 128; }
+
+}  // namespace
+
+int wgrad_splits(int64_t M, int cout, int K, bool tensor_cores) {
+  const int64_t bm = tensor_cores ? tile_m(cout) : 64, bn = tensor_cores ? 128 : 64;
+  const int64_t tiles = ((cout + bm - 1) / bm) * ((K + bn - 1) / bn);
+  const int64_t target = 4LL * cuda::sm_count();  // enough blocks to fill every SM a few times
+  int64_t splits = (target + tiles - 1) / tiles;
+  splits = std::min<int64_t>(splits, (M + 511) / 512);  // at least 512 rows per split
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (int64_t{16} << 20) / (int64_t{cout} * K)));  // <= 64 MiB of partials
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(splits, 65535)));
+}
+
+void tc_wgrad(const Gather& g, const __half* dy, int cout, float* partial, int splits, const char* op) {
+  HG_CHECK(g.M >= 1 && g.K >= 1 && cout >= 1 && splits >= 1,
+           op << ": wgrad needs M, K, Cout, splits >= 1; got M=" << g.M << " K=" << g.K << " Cout=" << cout << " splits=" << splits);
+  HG_CHECK(!g.transposed, op << ": wgrad gathers its input with the forward gather");
+  WgradArgs p{g, dy, cout, partial, 0, false, false};
+  const int per = (g.M + splits - 1) / splits;
+  p.rows_per_split = (per + kBlockK - 1) / kBlockK * kBlockK;
+  p.vector_a = g.c % 8 == 0 && reinterpret_cast<uintptr_t>(g.src) % 16 == 0;
+  p.vector_dy = cout % 8 == 0 && reinterpret_cast<uintptr_t>(dy) % 16 == 0;
+  switch (tile_m(cout)) {
+    case 16: launch<WgradConfig<16, 128, 1, 4>>(p, splits, op); break;
+    case 32: launch<WgradConfig<32, 128, 1, 4>>(p, splits, op); break;
+    case 64: launch<WgradConfig<64, 128, 2, 2>>(p, splits, op); break;
+    default: launch<WgradConfig<128, 128, 2, 4>>(p, splits, op); break;
+  }
+}
+
+}  // namespace halfgrad::ops::conv::igemm

@@ -1,0 +1,121 @@
+// gemm_cuda.cu - the FP16 Tensor Core GEMM behind gemm_cuda.h.
+//
+// Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major; op() is the identity
+// for layout N and the transpose for layout T (shapes and leading dimensions: gemm_cuda.h). There is
+// no backward here: the autograd ops build dA = dC op(B)^T and dB = op(A)^T dC from this same call by
+// choosing the layouts, which is why all four N/T combinations are served.
+//
+// Parallel mapping (ops/matmul/gemm_mma_tiles.cuh): one 256-thread block per 128x256 tile of C,
+// 8 warps in a 2x4 grid, each warp a 64x64 tile made of 4x8 mma.sync.m16n8k16 instructions; K in
+// slices of 32 through a 4-stage cp.async pipeline into XOR-swizzled shared memory, fragments
+// read with ldmatrix (.trans for an M- or N-contiguous tile) and double-buffered in registers.
+// Blocks are rasterised in groups of 8 tile-rows for L2 reuse.
+//
+// Precision: FP16 operands, FP32 accumulation in the mma registers, alpha/beta applied in FP32,
+// output written as FP32 or rounded once to FP16 (__float2half_rn, round to nearest even).
+//
+// Edges by predication, not padding: a tile that sticks out of the matrix (M, N not multiples of
+// 128/256, K not a multiple of 32, K as small as 1) loads zeros for the missing elements straight
+// into shared memory (cp.async with a source size of 0..16 bytes zero-fills the rest), and the
+// epilogue skips stores outside C. Zero-padding the operands to tile multiples instead would cost an
+// extra allocation and an extra read+write pass over A and B (and a copy back for C), all for the
+// sake of the last tile; predication costs a compare per 16-byte copy.
+//
+// Two load paths, chosen per call: 16-byte cp.async when lda, ldb are multiples of 8 halfs and A, B
+// are 16-byte aligned (every 16-byte chunk then starts aligned); otherwise 2-byte loads and 2-byte shared
+// stores (any leading dimension, any alignment; same Tensor Core math, but synchronous loads, so
+// slower).
+#include "ops/matmul/gemm_cuda.h"
+
+#include <climits>
+
+#include "core/cuda/check.cuh"
+#include "ops/matmul/gemm_mma_tiles.cuh"
+
+namespace halfgrad::cuda {
+namespace {
+
+using gemm_tiles::GemmProblem;
+using gemm_tiles::WarpTiledShape;
+
+template <bool kATrans, bool kBTrans, bool kVector>
+__global__ void __launch_bounds__(WarpTiledShape::kThreads, 1) gemm_f16_kernel(GemmProblem p) {
+  extern __shared__ __align__(128) uint16_t smem[];
+  gemm_tiles::warp_tiled_gemm_block<kATrans, kBTrans, kVector>(p, smem);
+}
+
+template <bool kATrans, bool kBTrans, bool kVector>
+void launch(const GemmProblem& p, unsigned blocks, const char* op) {
+  auto kernel = gemm_f16_kernel<kATrans, kBTrans, kVector>;
+  // Opt in to more than 48 KiB of dynamic shared memory once per instantiation.
+  static const bool configured = [&] {
+    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           WarpTiledShape::kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  kernel<<<blocks, WarpTiledShape::kThreads, WarpTiledShape::kSmemBytes, stream()>>>(p);
+  HG_CUDA_LAUNCH_CHECK(op);
+}
+
+template <bool kATrans, bool kBTrans>
+void launch_layout(const GemmProblem& p, bool vector, unsigned blocks, const char* op) {
+  if (vector) {
+    launch<kATrans, kBTrans, true>(p, blocks, op);
+  } else {
+    launch<kATrans, kBTrans, false>(p, blocks, op);
+  }
+}
+
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+const char* layout_name(GemmLayout l) { return l == GemmLayout::N ? "N" : "T"; }
+
+}  // namespace
+
+void gemm_f16(const GemmArgs& a) {
+  const char* op = a.op ? a.op : "gemm";
+  HG_CHECK(a.M >= 1 && a.N >= 1 && a.K >= 1,
+           op << ": gemm_f16 needs M, N, K >= 1; got M=" << a.M << " N=" << a.N << " K=" << a.K);
+  HG_CHECK(a.M <= INT_MAX && a.N <= INT_MAX && a.K <= INT_MAX,
+           op << ": gemm_f16 extents must fit in int32; got M=" << a.M << " N=" << a.N << " K=" << a.K);
+  HG_CHECK(a.A != nullptr && a.B != nullptr && a.C != nullptr, op << ": gemm_f16 got a null A, B or C pointer");
+  const int64_t a_width = a.a_layout == GemmLayout::N ? a.K : a.M;
+  const int64_t b_width = a.b_layout == GemmLayout::N ? a.N : a.K;
+  HG_CHECK(a.lda >= a_width, op << ": gemm_f16 A (layout " << layout_name(a.a_layout) << ", M=" << a.M << " K=" << a.K
+                                << ") needs lda >= " << a_width << "; got " << a.lda);
+  HG_CHECK(a.ldb >= b_width, op << ": gemm_f16 B (layout " << layout_name(a.b_layout) << ", K=" << a.K << " N=" << a.N
+                                << ") needs ldb >= " << b_width << "; got " << a.ldb);
+  HG_CHECK(a.ldc >= a.N, op << ": gemm_f16 C (M=" << a.M << " N=" << a.N << ") needs ldc >= " << a.N << "; got " << a.ldc);
+
+  using S = WarpTiledShape;
+  const int64_t tiles = ((a.M + S::kBlockM - 1) / S::kBlockM) * ((a.N + S::kBlockN - 1) / S::kBlockN);
+  HG_CHECK(tiles <= INT_MAX, op << ": gemm_f16 M=" << a.M << " N=" << a.N << " needs " << tiles
+                                << " blocks, more than one launch holds");
+
+  GemmProblem p;
+  p.M = static_cast<int>(a.M);
+  p.N = static_cast<int>(a.N);
+  p.K = static_cast<int>(a.K);
+  p.A = a.A;
+  p.lda = a.lda;
+  p.B = a.B;
+  p.ldb = a.ldb;
+  p.out.C = a.C;
+  p.out.ldc = a.ldc;
+  p.out.alpha = a.alpha;
+  p.out.beta = a.beta;
+  p.out.c_half = a.c_half;
+  p.out.pair_ok = a.ldc % 2 == 0 && aligned(a.C, a.c_half ? 4 : 8);
+
+  const bool vector = a.lda % 8 == 0 && a.ldb % 8 == 0 && aligned(a.A, 16) && aligned(a.B, 16);
+  const unsigned blocks = static_cast<unsigned>(tiles);
+  const bool at = a.a_layout == GemmLayout::T;
+  const bool bt = a.b_layout == GemmLayout::T;
+  if (!at && !bt) launch_layout<false, false>(p, vector, blocks, op);
+  if (!at && bt) launch_layout<false, true>(p, vector, blocks, op);
+  if (at && !bt) launch_layout<true, false>(p, vector, blocks, op);
+  if (at && bt) launch_layout<true, true>(p, vector, blocks, op);
+}
+
+}  // namespace halfgrad::cuda

@@ -1,0 +1,42 @@
+// gemm_cuda.h - halfgrad's FP16 Tensor Core GEMM on the GPU (plain C++: no CUDA types or headers).
+//
+//   C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C
+//
+// Operands are IEEE half bit patterns (halfgrad stores FP16 as uint16_t), products are summed in FP32,
+// and C is written as FP32 or rounded once to FP16 (c_half). Every matrix is row-major with a leading
+// dimension (elements between the starts of two rows):
+//   A, layout N: (M, K), lda >= K          A, layout T: stored (K, M), lda >= M   (op(A) = stored^T)
+//   B, layout N: (K, N), ldb >= N          B, layout T: stored (N, K), ldb >= K   (op(B) = stored^T)
+//   C:           (M, N), ldc >= N, FP32 (float*) or FP16 (uint16_t*) as c_half says
+// Any M, N, K >= 1. When lda and ldb are multiples of 8 and A and B are 16-byte aligned, tiles are
+// copied with 16-byte asynchronous loads; otherwise with 2-byte loads (same result, slower).
+// beta == 0 never reads C. C must not overlap A or B. Runs on halfgrad::cuda::stream() and returns
+// once queued. Errors (halfgrad::Error) name `op` and the shapes.
+#pragma once
+#include <cstdint>
+
+namespace halfgrad::cuda {
+
+/// How an operand is stored: N as written (row-major), T transposed (the row-major transpose).
+enum class GemmLayout { N, T };
+
+struct GemmArgs {
+  int64_t M, N, K;
+  const uint16_t* A;
+  int64_t lda;
+  GemmLayout a_layout;
+  const uint16_t* B;
+  int64_t ldb;
+  GemmLayout b_layout;
+  void* C;
+  int64_t ldc;
+  bool c_half;
+  float alpha = 1;
+  float beta = 0;
+  const char* op = "gemm";
+};
+
+/// C (M x N, row-major) = alpha * op(A) * op(B) + beta * C, FP16 operands, FP32 accumulation.
+void gemm_f16(const GemmArgs& args);
+
+}  // namespace halfgrad::cuda

@@ -1,0 +1,67 @@
+// shape_cuda.cu - one_hot on CUDA (launcher declared in shape_cuda.h).
+//
+// Math: y[n, c, s] = (labels[n, s] == c) ? 1 : 0; not differentiable.
+// Shapes and layout: labels int64 (N, S) (S = the product of the spatial extents), contiguous;
+// y (N, C, S) contiguous (NCDHW for volumes), float32 or float16.
+// Parallel mapping: one thread per output element in a grid-stride loop (writes coalesced; each
+// label is read C times, from L1/L2). The thread of channel 0 also validates the label; the smallest
+// flat index of an invalid label is kept with atomicMin, and the launcher reads it back and throws.
+// Precision: exact (0 and 1 in either dtype).
+#include <type_traits>
+
+#include "core/cuda/check.cuh"
+#include "ops/shape/shape_cuda.h"
+
+namespace halfgrad::cuda {
+namespace {
+
+template <typename T>
+__global__ void one_hot_kernel(const int64_t* __restrict__ labels, T* __restrict__ y, int64_t N, int64_t C, int64_t S,
+                               unsigned long long* first_bad) {
+  const int64_t total = N * C * S;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t s = i % S, c = (i / S) % C, n = i / (S * C);
+    const int64_t li = n * S + s;
+    const int64_t label = labels[li];
+    y[i] = from_float<T>(label == c ? 1.f : 0.f);
+    if (c == 0 && (label < 0 || label >= C)) atomicMin(first_bad, static_cast<unsigned long long>(li));
+  }
+}
+
+}  // namespace
+
+Tensor one_hot(const Tensor& labels_in, int64_t num_classes, Dtype dtype) {
+  HG_CHECK(labels_in.defined() && labels_in.is_cuda() && labels_in.dtype() == kInt64, "one_hot: labels must be int64 on cuda");
+  const Tensor labels = labels_in.format_copy(MemoryFormat::Contiguous);  // (N, S) order
+  HG_CHECK(dtype == kFloat32 || dtype == kFloat16,
+           "one_hot: CUDA output dtype must be float32 or float16, got " << dtype_name(dtype));
+  HG_CHECK(num_classes > 0, "one_hot: num_classes must be positive, got " << num_classes);
+  const Shape& s = labels.shape();
+  const int64_t N = s[0];
+  const int64_t S = N > 0 ? labels.numel() / N : 0;
+  Shape out = {N, num_classes};
+  out.insert(out.end(), s.begin() + 1, s.end());
+  Tensor y = Tensor::empty(out, dtype, Device::CUDA);
+  if (y.numel() == 0) return y;
+  Tensor flag = Tensor::empty({1}, kInt64, Device::CUDA);
+  memset_async(flag.raw_data(), 0xff, sizeof(unsigned long long));  // "no bad label" = the largest index
+  auto* first_bad = static_cast<unsigned long long*>(flag.raw_data());
+  if (dtype == kFloat32) {
+    one_hot_kernel<float><<<grid_for(y.numel()), 256, 0, stream()>>>(labels.data<int64_t>(), y.data<float>(), N,
+                                                                    num_classes, S, first_bad);
+  } else {
+    one_hot_kernel<__half><<<grid_for(y.numel()), 256, 0, stream()>>>(
+        labels.data<int64_t>(), reinterpret_cast<__half*>(y.data<uint16_t>()), N, num_classes, S, first_bad);
+  }
+  HG_CUDA_LAUNCH_CHECK("one_hot");
+  unsigned long long bad = 0;
+  copy_d2h(&bad, first_bad, sizeof(bad));
+  if (bad != ~0ULL) {
+    int64_t value = 0;
+    copy_d2h(&value, labels.data<int64_t>() + bad, sizeof(value));
+    HG_CHECK(false, "one_hot: label " << value << " at flat index " << bad << " is outside [0, " << num_classes << ")");
+  }
+  return y;
+}
+
+}  // namespace halfgrad::cuda

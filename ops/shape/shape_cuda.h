@@ -1,0 +1,13 @@
+// shape_cuda.h - CUDA launcher of ops/shape (plain C++; kernel in shape_cuda.cu). reshape needs no
+// kernel: Tensor::view_as_shape relabels a contiguous buffer (a channels-last one is made contiguous first).
+#pragma once
+#include "core/tensor.h"
+
+namespace halfgrad::cuda {
+
+/// int64 labels (N, spatial...) on CUDA -> (N, C, spatial...) contiguous, dtype float32 or float16,
+/// 1 at each label's channel. A label outside [0, C) throws halfgrad::Error naming it and its flat
+/// index (the check waits for the kernel: one device-to-host copy of 16 bytes).
+Tensor one_hot(const Tensor& labels, int64_t num_classes, Dtype dtype);
+
+}  // namespace halfgrad::cuda

@@ -1,0 +1,78 @@
+// adamw_cuda.cu - AdamW for every CUDA parameter in one launch (the CPU reference is adamw.cpp).
+//
+// Math, per element, in exactly the CPU's order (adamw.h; t = the parameter's step, s = its scalars):
+//   p  = p * decay                                   decay = 1 - lr * weight_decay
+//   m  = m * beta1 + (1 - beta1) * g
+//   v  = v * beta2 + ((1 - beta2) * g) * g
+//   p  = p + (neg_step_size * m) / (sqrt(v) / bias_correction2_sqrt + eps)
+// Shapes: every buffer of a tensor has its numel elements in the parameter's physical layout
+// (NCDHW or NDHWC: the update is elementwise, so only "same layout for all of them" matters; adamw.cpp
+// converts a gradient whose layout differs).
+// Parallel mapping: the multi-tensor chunk table (multi_tensor_cuda.cuh): one block per chunk of
+// 65536 elements, grid-stride over chunks; one thread per element within a chunk.
+// Precision: FP32 throughout. Float16 gradients are widened exactly. A Float16 parameter with a
+// master: the FP32 master is updated and rounded once (nearest even) into the parameter. Pure FP16
+// (no master): p, m, v are read as half, updated in FP32 and each rounded once, as the CPU does.
+// sqrtf and '/' are IEEE-rounded (nvcc's default -prec-sqrt / -prec-div); like GCC on the CPU side,
+// nvcc may fuse a multiply and an add into an FMA, so CPU and GPU agree to a few ulps per step.
+// Mixed precision: with GradScaler's found_inf flag set the kernel returns before touching memory.
+#include "optim/adamw_cuda.h"
+#include "optim/multi_tensor_cuda.cuh"
+
+namespace halfgrad::optim {
+namespace {
+
+using multi_tensor::Chunk;
+using multi_tensor::load_float;
+using multi_tensor::store_float;
+
+__global__ void __launch_bounds__(multi_tensor::kThreads)
+    adamw_kernel(const AdamWCudaTensor* __restrict__ tensors, const Chunk* __restrict__ chunks, int64_t num_chunks,
+                 const float* found_inf) {
+  if (multi_tensor::skip_step(found_inf)) return;
+  for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
+    const Chunk ch = chunks[c];
+    const AdamWCudaTensor t = tensors[ch.tensor];  // registers: the stores below cannot alias it
+    const AdamWStepScalars s = t.s;
+    for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
+      const float p = t.master != nullptr ? t.master[i] : load_float(t.param, t.param_dtype, i);
+      const float g = load_float(t.grad, t.grad_dtype, i);
+      const float m = load_float(t.exp_avg, t.moment_dtype, i);
+      const float v = load_float(t.exp_avg_sq, t.moment_dtype, i);
+      const float pi = p * s.decay;
+      const float mi = m * s.beta1 + s.one_minus_beta1 * g;
+      const float vi = v * s.beta2 + s.one_minus_beta2 * g * g;
+      const float denom = sqrtf(vi) / s.bias_correction2_sqrt + s.eps;
+      const float pn = pi + s.neg_step_size * mi / denom;
+      if (t.master != nullptr) t.master[i] = pn;
+      store_float(t.param, t.param_dtype, i, pn);
+      store_float(t.exp_avg, t.moment_dtype, i, mi);
+      store_float(t.exp_avg_sq, t.moment_dtype, i, vi);
+    }
+  }
+}
+
+}  // namespace
+
+void adamw_step_cuda(const std::vector<AdamWCudaTensor>& tensors, const float* found_inf) {
+  if (tensors.empty()) return;
+  for (const AdamWCudaTensor& t : tensors) {
+    HG_CHECK(t.param != nullptr && t.grad != nullptr && t.exp_avg != nullptr && t.exp_avg_sq != nullptr && t.numel >= 0,
+             "AdamW (CUDA): a parameter entry has a null buffer or a negative numel");
+    HG_CHECK((t.param_dtype == kFloat32 || t.param_dtype == kFloat16) &&
+                 (t.grad_dtype == kFloat32 || t.grad_dtype == kFloat16) &&
+                 (t.moment_dtype == kFloat32 || t.moment_dtype == kFloat16),
+             "AdamW (CUDA): parameters, gradients and moments must be float32 or float16");
+    HG_CHECK(t.param_dtype == kFloat16 || t.master == nullptr,
+             "AdamW (CUDA): a float32 parameter has a master weight");
+    HG_CHECK((t.moment_dtype == kFloat16) == (t.param_dtype == kFloat16 && t.master == nullptr),
+             "AdamW (CUDA): float16 moments go with exactly the pure-FP16 layout (float16 parameter, no master)");
+  }
+  const auto table = multi_tensor::upload(tensors, "AdamW (CUDA)");
+  if (table.num_chunks == 0) return;
+  adamw_kernel<<<table.grid(), multi_tensor::kThreads, 0, cuda::stream()>>>(table.entries, table.chunks,
+                                                                            table.num_chunks, found_inf);
+  HG_CUDA_LAUNCH_CHECK("AdamW.step");
+}
+
+}  // namespace halfgrad::optim

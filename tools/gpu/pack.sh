@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# pack.sh - gathers what a run on the GPU machine needs into .carry/ (git-ignored; the `device` tool's
+# `carry`): the shared-library build (cmake -DHALFGRAD_SHARED_LIBS=ON -DCMAKE_CUDA_ARCHITECTURES=90-real,
+# so all programs share one copy of the kernels), the system libraries the GPU machine lacks
+# (nifticlib, zlib's companions, OpenMP), the hippocampus data and the PyTorch reference scripts.
+#   tools/gpu/pack.sh BUILD_DIR      (default build-dev)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=${1:-build-dev}
+C=.carry
+rm -rf $C/build $C/lib $C/reference
+mkdir -p $C/build/tests $C/build/examples $C/build/bench/gemm $C/lib $C/reference
+cp -a $B/lib*.so $C/build/
+cp $B/tests/halfgrad_tests $C/build/tests/
+cp $B/examples/halfgrad-unet3d $C/build/examples/
+for f in unet_step_cuda conv3d_cuda_bench norm_cuda_bench; do [ -f $B/bench/$f ] && cp $B/bench/$f $C/build/bench/; done
+[ -f $B/bench/gemm/gemm_bench ] && cp $B/bench/gemm/gemm_bench $C/build/bench/gemm/
+strip --strip-unneeded $C/build/*.so $C/build/tests/* $C/build/examples/* $C/build/bench/* $C/build/bench/gemm/* 2>/dev/null || true
+for l in libniftiio.so.2 libznz.so.3 libgomp.so.1; do cp -L /usr/lib/x86_64-linux-gnu/$l $C/lib/; done
+[ -d $C/data/hippocampus ] || { mkdir -p $C/data && cp -r ../shared/data/hippocampus $C/data/; }
+cp ../shared/reference/*.py $C/reference/
+cp bench/compare_gpu.py bench/torch_hippo_amp.py $C/reference/ 2>/dev/null || true
+du -sh $C; du -sh $C/* 
