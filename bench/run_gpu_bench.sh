@@ -38,7 +38,7 @@ fi
 if want conv; then
   echo "== conv3d per layer vs cuDNN"
   t python3 reference/torch_conv3d.py "$OUT/torch_conv3d.json" > "$OUT/torch_conv3d.log" 2>&1
-  t build/bench/conv3d_cuda_bench "$OUT/conv3d_cuda.json" 2>&1 | tail -30
+  t build/bench/conv3d_cuda_bench "$OUT/conv3d_cuda.json" 4 2>&1 | tail -30
 fi
 if want step || want step-quick; then
   echo "== U-Net step vs PyTorch eager"

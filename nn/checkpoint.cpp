@@ -208,9 +208,6 @@ void write_checkpoint(const std::string& path, const CheckpointState& state) {
                                                                                  << " name '" << name << "' must be 1 to "
                                                                                  << kMaxNameLen << " bytes");
       HG_CHECK(t.defined(), "write_checkpoint: " << path << ": " << kind_name(kind) << " '" << name << "' is undefined");
-      HG_CHECK(t.device() == Device::CPU, "write_checkpoint: " << path << ": " << kind_name(kind) << " '" << name
-                                                               << "' is on " << device_name(t.device())
-                                                               << "; copy it to the CPU first");
     }
     count += ts->size();
   }

@@ -93,10 +93,10 @@ struct Rig {
       REQUIRE((cs == nullptr) == (gs == nullptr));
       if (cs != nullptr) CHECK_MESSAGE(gs->step == cs->step, what << ", parameter " << i);  // undo_skipped_step worked
       if (spec[i].dtype == kFloat32) {
-        check_close(gpu[i], cpu[i], 1e-6, 1e-7, what + ", parameter " + std::to_string(i));
+        check_close(gpu[i], cpu[i], 2e-5, 1e-6, what + ", parameter " + std::to_string(i));  // see optim_cuda_test.cpp
       } else {
         check_close(gpu[i], cpu[i], 1.0 / 1024, kHalfMinSubnormal, what + ", parameter " + std::to_string(i));
-        if (cs != nullptr) check_close(gs->master, cs->master, 1e-6, 1e-7, what + ", master " + std::to_string(i));
+        if (cs != nullptr) check_close(gs->master, cs->master, 2e-5, 1e-6, what + ", master " + std::to_string(i));
       }
     }
   }
@@ -212,5 +212,5 @@ CUDA_TEST_CASE("grad_scaler cuda: SGD with momentum skipped on the device at its
     r.check_same_state("SGD step " + std::to_string(s));
   }
   for (size_t i = 0; i < r.spec.size(); ++i)
-    check_close(r.gpu[i], r.cpu[i], r.spec[i].dtype == kFloat16 ? 1.0 / 1024 : 1e-6, 1e-7, "SGD parameter " + std::to_string(i));
+    check_close(r.gpu[i], r.cpu[i], r.spec[i].dtype == kFloat16 ? 2.0 / 1024 : 2e-5, 1e-6, "SGD parameter " + std::to_string(i));
 }

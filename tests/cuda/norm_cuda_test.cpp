@@ -186,7 +186,7 @@ CUDA_TEST_CASE("instance_norm cuda f32/f16 NCDHW/NDHWC: forward and backward vs 
         }
 }
 
-CUDA_TEST_CASE("batch_norm cuda f16 NDHWC under autocast runs in FP32 like the CPU op") {
+CUDA_TEST_CASE("batch_norm cuda f16 NDHWC under autocast runs in its input dtype (FP16) like the CPU op") {
   const Shape s = {2, 8, 4, 5, 6};
   const Tensor x = random_values(s, 7, kFloat16, 1.0, 2.0);
   Tensor xc = to_cuda(x, MemoryFormat::ChannelsLast3d);
@@ -198,10 +198,11 @@ CUDA_TEST_CASE("batch_norm cuda f16 NDHWC under autocast runs in FP32 like the C
     y = ops::batch_norm(xc, Tensor(), Tensor(), wc, bc);
     y_ref = ops::batch_norm(x, Tensor(), Tensor(), wc.copy_to(Device::CPU), bc.copy_to(Device::CPU));
   }
-  CHECK(y.dtype() == kFloat32);
-  CHECK(y_ref.dtype() == kFloat32);
+  // batch_norm is on no autocast list (PyTorch's policy): FP16 in, FP16 out, FP32 statistics.
+  CHECK(y.dtype() == kFloat16);
+  CHECK(y_ref.dtype() == kFloat16);
   CHECK(y.memory_format() == MemoryFormat::ChannelsLast3d);
-  check_close(y, y_ref, 1e-5, 2e-5, "y");
+  check_close(y, y_ref, 2.0 / 1024, 2e-3, "y");  // the same FP32 value rounded to half once: a tie may flip
 }
 
 CUDA_TEST_CASE("batch_norm / instance_norm cuda errors: mixed devices, shapes, one value per channel") {
