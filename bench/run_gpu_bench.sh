@@ -26,8 +26,8 @@ if want tests; then
 fi
 if want sanitize; then
   echo "== compute-sanitizer memcheck / racecheck on the CUDA tests"
-  for tool in memcheck racecheck; do
-    t compute-sanitizer --tool $tool --error-exitcode 9 build/tests/halfgrad_tests -sf='*cuda*' > "$OUT/sanitizer_$tool.log" 2>&1
+  for tool in memcheck racecheck; do extra=""; [ $tool = memcheck ] && extra="--report-api-errors no";
+    t timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool $extra --error-exitcode 9 build/tests/halfgrad_tests -sf='*cuda*' > "$OUT/sanitizer_$tool.log" 2>&1
     echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid" "$OUT/sanitizer_$tool.log" | sort | uniq -c | head -8
   done
 fi

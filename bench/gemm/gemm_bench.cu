@@ -5,6 +5,9 @@
 //                        checked only), then the layout / leading-dimension / alpha-beta checks of
 //                        gemm_f16 and its argument checks. About a minute on an H200.
 //   gemm_bench --quick   1024^3 and 4096^3 timed, the small shapes and the layout checks; < 30 s.
+//   gemm_bench --sweep   every tile configuration of gemm_sweep.cu (the production block function
+//                        with other compile-time shapes) and gemm_f16 itself, checked and timed at
+//                        1024^3, 4096^3 and 8192^3, FP32 and FP16 output, beside cuBLAS; < 30 s.
 //
 // Correctness: A and B hold fresh hash-random FP16 values in [-1, 1) (never zeros), C is poisoned
 // with NaN (all bits set) before every checked run, and the result is compared with cublasGemmEx
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "bench/gemm/gemm_rungs.h"
+#include "bench/gemm/gemm_sweep.h"
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_cuda.h"
 
@@ -419,15 +423,109 @@ void run_argument_checks() {
   std::printf("\n");
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// --sweep: tile configurations of the production block function (gemm_sweep.cu) on dense N/N
+// problems, both output types, each checked against cuBLAS and timed beside it.
+// ---------------------------------------------------------------------------------------------
+
+void run_sweep_size(int64_t n, int64_t l2_bytes) {
+  const int64_t M = n, N = n, K = n;
+  const int64_t set_bytes = 2 * (M * K + K * N) + 6 * M * N;
+  const int sets = static_cast<int>(std::clamp<int64_t>((2 * l2_bytes + set_bytes - 1) / set_bytes, 2, 16));
+  std::vector<std::unique_ptr<DeviceBuffer<uint16_t>>> A, B, Ch;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> Cf;
+  for (int i = 0; i < sets; ++i) {
+    A.emplace_back(new DeviceBuffer<uint16_t>(M * K));
+    B.emplace_back(new DeviceBuffer<uint16_t>(K * N));
+    Cf.emplace_back(new DeviceBuffer<float>(M * N));
+    Ch.emplace_back(new DeviceBuffer<uint16_t>(M * N));
+    fill_random(A[i]->ptr, M * K, 5000 * n + 2 * i);
+    fill_random(B[i]->ptr, K * N, 5000 * n + 2 * i + 1);
+  }
+  auto args = [&](int i, bool c_half) {
+    GemmArgs a{M, N, K, A[i]->ptr, K, GemmLayout::N, B[i]->ptr, N, GemmLayout::N,
+               c_half ? static_cast<void*>(Ch[i]->ptr) : static_cast<void*>(Cf[i]->ptr), N, c_half};
+    a.op = "gemm_bench --sweep";
+    return a;
+  };
+  DeviceBuffer<float> ref(M * N);
+  cublas_gemm(args(0, false));
+  BENCH_CUDA(cudaMemcpyAsync(ref.ptr, Cf[0]->ptr, M * N * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+  const double flop = 2.0 * M * N * K;
+  const int runs = flop >= 1e10 ? 10 : 30;
+
+  // Checks launch(0) into C of set 0 (poisoned first), then times launch(i) over the sets.
+  auto measure = [&](bool c_half, const std::function<void(int)>& launch, double* err) {
+    void* c0 = c_half ? static_cast<void*>(Ch[0]->ptr) : static_cast<void*>(Cf[0]->ptr);
+    poison(c0, M * N * (c_half ? 2 : 4));
+    launch(0);
+    *err = relative_error(c0, c_half, ref.ptr, M, N, N);
+    return time_ms(launch, sets, runs);
+  };
+  auto tflops = [&](double ms) { return flop / (ms * 1e-3) / 1e12; };
+  double cublas_ms[2], err;
+  for (bool c_half : {false, true})
+    cublas_ms[c_half] = measure(c_half, [&](int i) { cublas_gemm(args(i, c_half)); }, &err);
+  std::printf("%lldx%lldx%lld  cuBLAS: f32 out %.1f TFLOP/s, f16 out %.1f TFLOP/s\n", (long long)M, (long long)N,
+              (long long)K, tflops(cublas_ms[0]), tflops(cublas_ms[1]));
+
+  auto print_row = [&](const char* id, const char* config, const char* predicted, const double (&ms)[2],
+                       const double (&e)[2]) {
+    const bool pass32 = std::strcmp(verdict(e[0]), "PASS") == 0;
+    const bool pass16 = std::strcmp(verdict(e[1]), "PASS") == 0;
+    const char* check = pass32 && pass16 ? "PASS" : "FAIL";
+    std::printf("  %-4s %-50s %6.1f %5.2fx %6.1f %5.2fx  %s %.1e/%.1e  pred %s\n", id, config, tflops(ms[0]),
+                cublas_ms[0] / ms[0], tflops(ms[1]), cublas_ms[1] / ms[1], check, e[0], e[1], predicted);
+  };
+  std::printf("  %-4s %-50s %6s %6s %6s %6s  %s\n", "id", "config", "f32", "ratio", "f16", "ratio", "check");
+  for (const halfgrad::bench::SweepVariant& v : halfgrad::bench::sweep_variants()) {
+    double ms[2], e[2];
+    for (bool c_half : {false, true}) {
+      ms[c_half] = measure(
+          c_half,
+          [&](int i) {
+            v.run({M, N, K, A[i]->ptr, B[i]->ptr,
+                   c_half ? static_cast<void*>(Ch[i]->ptr) : static_cast<void*>(Cf[i]->ptr), c_half});
+          },
+          &e[c_half]);
+    }
+    print_row(v.id, v.config, v.predicted, ms, e);
+  }
+  double ms[2], e[2];
+  for (bool c_half : {false, true})
+    ms[c_half] = measure(c_half, [&](int i) { halfgrad::cuda::gemm_f16(args(i, c_half)); }, &e[c_half]);
+  print_row("prod", "gemm_f16 (production choice for this size)", "-", ms, e);
+  std::printf("\n");
+}
+
+/// The default mode: every rung and gemm_f16 at each size, then gemm_f16's layout and argument checks.
+void run_ladder(bool quick, int64_t l2) {
+  std::vector<Size> sizes = {{17, 33, 5, false}, {1, 1, 1, false}, {64, 3, 27, false}, {129, 257, 40, false},
+                             {1024, 1024, 1024, true}, {4096, 4096, 4096, true}};
+  if (!quick) {
+    sizes.push_back({8192, 8192, 8192, true});
+    sizes.push_back({1000, 1000, 1000, true});
+    sizes.push_back({4095, 4095, 4095, true});
+  }
+  std::printf("%-22s %-17s  %-44s %12s %16s %7s\n\n", "kernel", "M x N x K", "check (rel. Frobenius error < 1e-3)",
+              "time", "rate", "cuBLAS");
+  for (const Size& s : sizes) run_size(s, l2);
+  run_layout_checks(quick);
+  run_argument_checks();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick | --sweep]\n", argv[0]);
       return 2;
     }
   }
@@ -440,19 +538,12 @@ int main(int argc, char** argv) {
     std::printf("%s (sm_%d%d, %d SMs, L2 %d MiB)\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                 l2 >> 20);
     HG_CHECK(prop.major >= 8, "gemm_bench: needs sm_80 or newer (cp.async, ldmatrix, mma.sync.m16n8k16)");
-
-    std::vector<Size> sizes = {{17, 33, 5, false}, {1, 1, 1, false}, {64, 3, 27, false}, {129, 257, 40, false},
-                               {1024, 1024, 1024, true}, {4096, 4096, 4096, true}};
-    if (!quick) {
-      sizes.push_back({8192, 8192, 8192, true});
-      sizes.push_back({1000, 1000, 1000, true});
-      sizes.push_back({4095, 4095, 4095, true});
+    if (sweep) {
+      std::printf("TFLOP/s and ratio to cuBLAS (same output type, same run); check: rel. Frobenius error < 1e-3\n\n");
+      for (int64_t n : {1024, 4096, 8192}) run_sweep_size(n, l2);
+    } else {
+      run_ladder(quick, l2);
     }
-    std::printf("%-22s %-17s  %-44s %12s %16s %7s\n\n", "kernel", "M x N x K", "check (rel. Frobenius error < 1e-3)",
-                "time", "rate", "cuBLAS");
-    for (const Size& s : sizes) run_size(s, l2);
-    run_layout_checks(quick);
-    run_argument_checks();
     BENCH_CUDA(cudaDeviceSynchronize());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gemm_bench: %s\n", e.what());

@@ -35,7 +35,7 @@ using cuda::gemm_tiles::WarpTiledShape;
 
 __global__ void __launch_bounds__(WarpTiledShape::kThreads, 1) mma_warp_tiled_kernel(GemmProblem p) {
   extern __shared__ __align__(128) uint16_t smem[];
-  cuda::gemm_tiles::warp_tiled_gemm_block<false, false, true>(p, smem);
+  cuda::gemm_tiles::warp_tiled_gemm_block<WarpTiledShape, false, false, true>(p, smem);
 }
 
 }  // namespace
@@ -58,7 +58,7 @@ const char* gemm_mma_warp_tiled(const DenseGemm& g) {
   p.lda = g.K;
   p.B = g.B;
   p.ldb = g.N;
-  p.out = {g.C, g.N, 1.f, 0.f, false, g.N % 2 == 0};
+  p.out = {g.C, g.N, 1.f, 0.f, false, g.N % 2 == 0, g.N % 4 == 0};
   const int64_t blocks = ((g.M + S::kBlockM - 1) / S::kBlockM) * ((g.N + S::kBlockN - 1) / S::kBlockN);
   mma_warp_tiled_kernel<<<static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, cuda::stream()>>>(p);
   HG_CUDA_LAUNCH_CHECK("mma_warp_tiled");

@@ -36,35 +36,60 @@ namespace halfgrad::cuda {
 namespace {
 
 using gemm_tiles::GemmProblem;
-using gemm_tiles::WarpTiledShape;
+using gemm_tiles::GemmTileShape;
 
-template <bool kATrans, bool kBTrans, bool kVector>
-__global__ void __launch_bounds__(WarpTiledShape::kThreads, 1) gemm_f16_kernel(GemmProblem p) {
+// The two tile shapes gemm_f16 chooses between (measured by `gemm_bench --sweep`, bench/gemm/README.md).
+//   LargeTile: for problems with enough tiles to fill every SM several times over.
+//   SmallTile: when LargeTile would leave SMs idle (fewer than kMinWavesForLarge blocks per SM).
+using LargeTile = GemmTileShape<128, 256, 32, 64, 64, 4, 1>;
+using SmallTile = GemmTileShape<64, 128, 32, 32, 64, 4, 2>;
+constexpr int64_t kMinWavesForLarge = 2;
+
+template <class S, bool kATrans, bool kBTrans, bool kVector>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) gemm_f16_kernel(GemmProblem p) {
   extern __shared__ __align__(128) uint16_t smem[];
-  gemm_tiles::warp_tiled_gemm_block<kATrans, kBTrans, kVector>(p, smem);
+  gemm_tiles::warp_tiled_gemm_block<S, kATrans, kBTrans, kVector>(p, smem);
 }
 
-template <bool kATrans, bool kBTrans, bool kVector>
-void launch(const GemmProblem& p, unsigned blocks, const char* op) {
-  auto kernel = gemm_f16_kernel<kATrans, kBTrans, kVector>;
+template <class S, bool kATrans, bool kBTrans, bool kVector>
+void launch(const GemmProblem& p, const char* op) {
+  auto kernel = gemm_f16_kernel<S, kATrans, kBTrans, kVector>;
   // Opt in to more than 48 KiB of dynamic shared memory once per instantiation.
   static const bool configured = [&] {
-    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           WarpTiledShape::kSmemBytes));
+    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
     return true;
   }();
   (void)configured;
-  kernel<<<blocks, WarpTiledShape::kThreads, WarpTiledShape::kSmemBytes, stream()>>>(p);
+  const auto blocks = static_cast<unsigned>(gemm_tiles::gemm_tile_count<S>(p.M, p.N));
+  kernel<<<blocks, S::kThreads, S::kSmemBytes, stream()>>>(p);
   HG_CUDA_LAUNCH_CHECK(op);
 }
 
-template <bool kATrans, bool kBTrans>
-void launch_layout(const GemmProblem& p, bool vector, unsigned blocks, const char* op) {
+template <class S>
+void launch_shape(const GemmProblem& p, bool at, bool bt, bool vector, const char* op) {
   if (vector) {
-    launch<kATrans, kBTrans, true>(p, blocks, op);
+    if (!at && !bt) launch<S, false, false, true>(p, op);
+    if (!at && bt) launch<S, false, true, true>(p, op);
+    if (at && !bt) launch<S, true, false, true>(p, op);
+    if (at && bt) launch<S, true, true, true>(p, op);
   } else {
-    launch<kATrans, kBTrans, false>(p, blocks, op);
+    if (!at && !bt) launch<S, false, false, false>(p, op);
+    if (!at && bt) launch<S, false, true, false>(p, op);
+    if (at && !bt) launch<S, true, false, false>(p, op);
+    if (at && bt) launch<S, true, true, false>(p, op);
   }
+}
+
+/// Streaming multiprocessors of the current device (looked up once per device).
+int64_t sm_count(const char* op) {
+  constexpr int kMaxDevices = 64;
+  static int counts[kMaxDevices] = {};
+  int device = 0;
+  HG_CUDA_CHECK(op, cudaGetDevice(&device));
+  if (device >= kMaxDevices) device = kMaxDevices - 1;
+  if (counts[device] == 0)
+    HG_CUDA_CHECK(op, cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  return counts[device];
 }
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
@@ -88,10 +113,10 @@ void gemm_f16(const GemmArgs& a) {
                                 << ") needs ldb >= " << b_width << "; got " << a.ldb);
   HG_CHECK(a.ldc >= a.N, op << ": gemm_f16 C (M=" << a.M << " N=" << a.N << ") needs ldc >= " << a.N << "; got " << a.ldc);
 
-  using S = WarpTiledShape;
-  const int64_t tiles = ((a.M + S::kBlockM - 1) / S::kBlockM) * ((a.N + S::kBlockN - 1) / S::kBlockN);
-  HG_CHECK(tiles <= INT_MAX, op << ": gemm_f16 M=" << a.M << " N=" << a.N << " needs " << tiles
-                                << " blocks, more than one launch holds");
+  // Tile counts of both shapes fit in int32 when the small one's does (it has more tiles).
+  const int64_t small_tiles = gemm_tiles::gemm_tile_count<SmallTile>(a.M, a.N);
+  HG_CHECK(small_tiles <= INT_MAX, op << ": gemm_f16 M=" << a.M << " N=" << a.N << " needs " << small_tiles
+                                      << " blocks, more than one launch holds");
 
   GemmProblem p;
   p.M = static_cast<int>(a.M);
@@ -108,14 +133,16 @@ void gemm_f16(const GemmArgs& a) {
   p.out.c_half = a.c_half;
   p.out.pair_ok = a.ldc % 2 == 0 && aligned(a.C, a.c_half ? 4 : 8);
 
+  p.out.quad_ok = a.ldc % 4 == 0 && aligned(a.C, a.c_half ? 8 : 16);
+
   const bool vector = a.lda % 8 == 0 && a.ldb % 8 == 0 && aligned(a.A, 16) && aligned(a.B, 16);
-  const unsigned blocks = static_cast<unsigned>(tiles);
   const bool at = a.a_layout == GemmLayout::T;
   const bool bt = a.b_layout == GemmLayout::T;
-  if (!at && !bt) launch_layout<false, false>(p, vector, blocks, op);
-  if (!at && bt) launch_layout<false, true>(p, vector, blocks, op);
-  if (at && !bt) launch_layout<true, false>(p, vector, blocks, op);
-  if (at && bt) launch_layout<true, true>(p, vector, blocks, op);
+  if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count(op)) {
+    launch_shape<LargeTile>(p, at, bt, vector, op);
+  } else {
+    launch_shape<SmallTile>(p, at, bt, vector, op);
+  }
 }
 
 }  // namespace halfgrad::cuda

@@ -168,13 +168,16 @@ __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* g, int
 // Epilogue store of two horizontally adjacent results (row, col) and (row, col+1) of C, guarded
 // against the matrix edge. pair_ok: ldc even and C aligned, so the two go out as one 8-byte
 // (FP32) or 4-byte (FP16) store. beta == 0 never reads C (it may hold NaN or garbage).
+// store_quad does the same for four results (row, col..col+3), used by the shared-memory-staged
+// epilogue; it falls back to two store_pair where the vector does not fit (edge, alignment).
 // ---------------------------------------------------------------------------------------------
 struct Epilogue {
   void* C;
   int64_t ldc;
   float alpha, beta;
   bool c_half;
-  bool pair_ok;
+  bool pair_ok;  // ldc even, C aligned to 2 elements: store_pair writes one 8- or 4-byte vector
+  bool quad_ok;  // ldc % 4 == 0, C aligned to 4 elements: store_quad writes one 16- or 8-byte vector
 };
 
 __device__ __forceinline__ void store_pair(const Epilogue& e, int M, int N, int row, int col, float v0, float v1) {
@@ -210,41 +213,109 @@ __device__ __forceinline__ void store_pair(const Epilogue& e, int M, int N, int 
   }
 }
 
+__device__ __forceinline__ void store_quad(const Epilogue& e, int M, int N, int row, int col, float4 v) {
+  if (row >= M || col >= N) return;
+  if (!(e.quad_ok && col + 3 < N)) {
+    store_pair(e, M, N, row, col, v.x, v.y);
+    store_pair(e, M, N, row, col + 2, v.z, v.w);
+    return;
+  }
+  v.x *= e.alpha;
+  v.y *= e.alpha;
+  v.z *= e.alpha;
+  v.w *= e.alpha;
+  const int64_t at = static_cast<int64_t>(row) * e.ldc + col;
+  if (e.c_half) {
+    __half2* c = reinterpret_cast<__half2*>(static_cast<__half*>(e.C) + at);
+    if (e.beta != 0.f) {
+      const uint2 old = *reinterpret_cast<const uint2*>(c);
+      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&old.x));
+      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&old.y));
+      v.x += e.beta * lo.x;
+      v.y += e.beta * lo.y;
+      v.z += e.beta * hi.x;
+      v.w += e.beta * hi.y;
+    }
+    const __half2 lo = __floats2half2_rn(v.x, v.y);
+    const __half2 hi = __floats2half2_rn(v.z, v.w);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(c) = packed;
+  } else {
+    float4* c = reinterpret_cast<float4*>(static_cast<float*>(e.C) + at);
+    if (e.beta != 0.f) {
+      const float4 old = *c;
+      v.x += e.beta * old.x;
+      v.y += e.beta * old.y;
+      v.z += e.beta * old.z;
+      v.w += e.beta * old.w;
+    }
+    *c = v;
+  }
+}
+
+
 // ---------------------------------------------------------------------------------------------
-// The warp-tiled block GEMM.
+// The warp-tiled block GEMM, for any tile shape GemmTileShape describes.
 //
-// Parallel mapping: one thread block (8 warps, 256 threads) computes a kBlockM x kBlockN = 128x256
-// tile of C; warps form a 2 x 4 grid, each computing 64x64 = 4 x 8 mma tiles of 16x8 (128 FP32
-// accumulators per thread). K is walked in kBlockK = 32 slices (two mma k-steps of 16).
-// Pipeline: kStages = 4 shared-memory slots; cp.async keeps kStages-1 = 3 k-slices in flight while
-// the warps multiply the current one. Within a slice, the fragments of the next k-step are loaded
+// Parallel mapping: one thread block of kWarpsM x kWarpsN warps computes a kBlockM x kBlockN tile
+// of C; each warp computes kWarpM x kWarpN = kMmaM x kMmaN mma tiles of 16x8 (the ladder's rung 5,
+// WarpTiledShape below: 128x256 block, 2 x 4 warps of 64x64 = 4 x 8 mma tiles, 128 FP32
+// accumulators per thread). K is walked in kBlockK slices (kBlockK / 16 mma k-steps each).
+// Pipeline: kStages shared-memory slots; cp.async keeps kStages-1 k-slices in flight while the
+// warps multiply the current one. Within a slice, the fragments of the next k-step are loaded
 // (ldmatrix) into a second register set while the mmas of this one run (register double buffer).
-// Shared memory: 4 x (128x32 + 256x32) halfs x 2 bytes = 96 KiB (dynamic, opt-in above 48 KiB);
-// with ~230 registers per thread one block fills an SM's register file, so occupancy is 1 block.
+// Shared memory: kStages x (kBlockM + kBlockN) x kBlockK halfs x 2 bytes (WarpTiledShape:
+// 4 x (128 + 256) x 32 x 2 = 96 KiB, dynamic, opt-in above 48 KiB). kMinBlocks is the occupancy
+// the kernel is compiled for (__launch_bounds__): 1 for a 64x64 warp tile with 256 threads (~250
+// registers fill the register file), 2 for the same warp tile with 128 threads (each block then
+// hides the other's prologue, barriers and epilogue).
 // Rasterisation: block b is mapped to tiles so that consecutive blocks walk down a group of
-// kGroupM = 8 tile-rows before moving right; the ~132 blocks resident at once then share 8 A panels
-// and ~17 B panels in L2 instead of 1 A panel and all of B.
+// kGroupM tile-rows before moving right; the ~132 blocks resident at once then share kGroupM A
+// panels and a few B panels in L2 instead of 1 A panel and all of B.
+// Epilogue: kStagedEpilogue = false stores each thread's accumulator pairs straight from registers
+// (each warp store touches 8 rows x 16 or 32 bytes); true stages each warp's results 16 rows at a
+// time through shared memory and writes whole rows of the warp tile with 16-byte (FP32) or 8-byte
+// (FP16) stores, 4 or 2 full 128-byte lines per warp store.
 // ---------------------------------------------------------------------------------------------
-struct WarpTiledShape {
-  static constexpr int kBlockM = 128;
-  static constexpr int kBlockN = 256;
-  static constexpr int kBlockK = 32;
-  static constexpr int kWarpM = 64;
-  static constexpr int kWarpN = 64;
-  static constexpr int kWarpsM = kBlockM / kWarpM;  // 2
-  static constexpr int kWarpsN = kBlockN / kWarpN;  // 4
-  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;  // 256
-  static constexpr int kStages = 4;
-  static constexpr int kGroupM = 8;
-  static constexpr int kMmaM = kWarpM / kInstrM;   // 4 mma rows per warp
-  static constexpr int kMmaN = kWarpN / kInstrN;   // 8 mma columns per warp
-  static constexpr int kKSteps = kBlockK / kInstrK;  // 2 k-steps per slice
+template <int kBlockM_, int kBlockN_, int kBlockK_, int kWarpM_, int kWarpN_, int kStages_, int kMinBlocks_,
+          int kGroupM_ = 8, bool kStagedEpilogue_ = false>
+struct GemmTileShape {
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kBlockK = kBlockK_;
+  static constexpr int kWarpM = kWarpM_;
+  static constexpr int kWarpN = kWarpN_;
+  static constexpr int kWarpsM = kBlockM / kWarpM;
+  static constexpr int kWarpsN = kBlockN / kWarpN;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kStages = kStages_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kGroupM = kGroupM_;
+  static constexpr bool kStagedEpilogue = kStagedEpilogue_;
+  static constexpr int kMmaM = kWarpM / kInstrM;     // mma rows per warp
+  static constexpr int kMmaN = kWarpN / kInstrN;     // mma columns per warp
+  static constexpr int kKSteps = kBlockK / kInstrK;  // k-steps per slice
   static constexpr int kATileHalfs = kBlockM * kBlockK;
   static constexpr int kBTileHalfs = kBlockN * kBlockK;
   static constexpr int kStageHalfs = kATileHalfs + kBTileHalfs;
-  static constexpr int kSmemBytes = kStages * kStageHalfs * 2;  // 98304
+  static constexpr int kPipelineBytes = kStages * kStageHalfs * 2;
+  // Staged epilogue: per warp 16 rows x (kWarpN + 8) floats. The 8-float pad makes the row pitch
+  // 8 banks mod 32, so the 16 lanes of one half-warp's float2 stores (rows g = 0..3, columns 2t)
+  // hit 16 different bank pairs, and 8 consecutive float4 reads of one row are conflict-free.
+  static constexpr int kEpiloguePitch = kWarpN + 8;
+  static constexpr int kEpilogueBytes = kStagedEpilogue ? kWarpsM * kWarpsN * kInstrM * kEpiloguePitch * 4 : 0;
+  static constexpr int kSmemBytes = kPipelineBytes > kEpilogueBytes ? kPipelineBytes : kEpilogueBytes;
+  static_assert(kBlockM % kWarpM == 0 && kBlockN % kWarpN == 0, "warps tile the block exactly");
+  static_assert(kWarpM % kInstrM == 0 && kBlockK % kInstrK == 0, "whole mma tiles");
   static_assert(kMmaN % 2 == 0, "B fragments come two n-tiles per ldmatrix.x4");
+  static_assert(kStages >= 2, "a pipeline needs at least two slots");
+  static_assert(kWarpN % 32 == 0 || !kStagedEpilogue, "staged epilogue pitch assumes kWarpN % 32 == 0");
 };
+
+/// The ladder's rung 5: 128x256x32 block, 8 warps (2 x 4) of 64x64, 4 stages, one block per SM.
+using WarpTiledShape = GemmTileShape<128, 256, 32, 64, 64, 4, 1>;
 
 /// Problem description the block function reads (kept small: it is a kernel parameter).
 struct GemmProblem {
@@ -286,9 +357,8 @@ __device__ __forceinline__ void load_b_fragments(uint32_t (&b)[4], uint32_t tile
   }
 }
 
-template <bool kATrans, bool kBTrans, bool kVector>
+template <class S, bool kATrans, bool kBTrans, bool kVector>
 __device__ __forceinline__ void load_stage(uint16_t* stage, const GemmProblem& p, int tile_m, int tile_n, int k0) {
-  using S = WarpTiledShape;
   uint16_t* a_tile = stage;
   uint16_t* b_tile = stage + S::kATileHalfs;
   if constexpr (!kATrans) {
@@ -303,20 +373,21 @@ __device__ __forceinline__ void load_stage(uint16_t* stage, const GemmProblem& p
   }
 }
 
-/// Fragments of one k-step for the whole 64x64 warp tile.
+/// Fragments of one k-step for the whole warp tile.
+template <class S>
 struct WarpFragments {
-  uint32_t a[WarpTiledShape::kMmaM][4];
-  uint32_t b[WarpTiledShape::kMmaN][2];
+  uint32_t a[S::kMmaM][4];
+  uint32_t b[S::kMmaN][2];
 };
 
-template <bool kATrans, bool kBTrans>
-__device__ __forceinline__ void load_warp_fragments(WarpFragments& f, uint32_t stage, int warp_m0, int warp_n0, int ks,
-                                                    int lane) {
-  using S = WarpTiledShape;
+template <class S, bool kATrans, bool kBTrans>
+__device__ __forceinline__ void load_warp_fragments(WarpFragments<S>& f, uint32_t stage, int warp_m0, int warp_n0,
+                                                    int ks, int lane) {
   const uint32_t a_tile = stage;
   const uint32_t b_tile = stage + 2 * S::kATileHalfs;
 #pragma unroll
-  for (int mi = 0; mi < S::kMmaM; ++mi) load_a_fragment<kATrans, S::kBlockM, S::kBlockK>(f.a[mi], a_tile, warp_m0 + mi * kInstrM, ks, lane);
+  for (int mi = 0; mi < S::kMmaM; ++mi)
+    load_a_fragment<kATrans, S::kBlockM, S::kBlockK>(f.a[mi], a_tile, warp_m0 + mi * kInstrM, ks, lane);
 #pragma unroll
   for (int nj = 0; nj < S::kMmaN / 2; ++nj) {
     uint32_t b4[4];
@@ -328,11 +399,16 @@ __device__ __forceinline__ void load_warp_fragments(WarpFragments& f, uint32_t s
   }
 }
 
-/// The whole block: call from a __global__ launched with WarpTiledShape::kThreads threads,
-/// WarpTiledShape::kSmemBytes of dynamic shared memory and ceil(M/128) * ceil(N/256) blocks.
-template <bool kATrans, bool kBTrans, bool kVector>
+/// Number of blocks to launch for an M x N problem: one per kBlockM x kBlockN tile of C.
+template <class S>
+__host__ __device__ constexpr int64_t gemm_tile_count(int64_t M, int64_t N) {
+  return ((M + S::kBlockM - 1) / S::kBlockM) * ((N + S::kBlockN - 1) / S::kBlockN);
+}
+
+/// The whole block: call from a __global__ launched with S::kThreads threads, S::kSmemBytes of
+/// dynamic shared memory and gemm_tile_count<S>(M, N) blocks.
+template <class S, bool kATrans, bool kBTrans, bool kVector>
 __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint16_t* smem) {
-  using S = WarpTiledShape;
   // Rasterised tile index (see above).
   const int tiles_m = (p.M + S::kBlockM - 1) / S::kBlockM;
   const int tiles_n = (p.N + S::kBlockN - 1) / S::kBlockN;
@@ -364,22 +440,23 @@ __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint
   // "group j" is always "slice j" and the wait count below is a constant.
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
-    if (s < k_tiles) load_stage<kATrans, kBTrans, kVector>(smem + s * S::kStageHalfs, p, tile_m, tile_n, s * S::kBlockK);
+    if (s < k_tiles)
+      load_stage<S, kATrans, kBTrans, kVector>(smem + s * S::kStageHalfs, p, tile_m, tile_n, s * S::kBlockK);
     cp_async_commit();
   }
   cp_async_wait<S::kStages - 2>();
   __syncthreads();
 
-  WarpFragments frag[2];
-  load_warp_fragments<kATrans, kBTrans>(frag[0], smem_base, warp_m0, warp_n0, 0, lane);
+  WarpFragments<S> frag[2];
+  load_warp_fragments<S, kATrans, kBTrans>(frag[0], smem_base, warp_m0, warp_n0, 0, lane);
 
   for (int kt = 0; kt < k_tiles; ++kt) {
     // Refill the slot that slice kt-1 used: every warp finished reading it before the barrier
     // at the end of the previous iteration.
     const int next = kt + S::kStages - 1;
     if (next < k_tiles) {
-      load_stage<kATrans, kBTrans, kVector>(smem + (next % S::kStages) * S::kStageHalfs, p, tile_m, tile_n,
-                                            next * S::kBlockK);
+      load_stage<S, kATrans, kBTrans, kVector>(smem + (next % S::kStages) * S::kStageHalfs, p, tile_m, tile_n,
+                                               next * S::kBlockK);
     }
     cp_async_commit();
 
@@ -387,15 +464,15 @@ __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint
 #pragma unroll
     for (int ks = 0; ks < S::kKSteps; ++ks) {
       if (ks + 1 < S::kKSteps) {
-        load_warp_fragments<kATrans, kBTrans>(frag[(ks + 1) & 1], stage, warp_m0, warp_n0, ks + 1, lane);
+        load_warp_fragments<S, kATrans, kBTrans>(frag[(ks + 1) & 1], stage, warp_m0, warp_n0, ks + 1, lane);
       } else {
         // Slice kt+1 must have landed (groups 0..kt+1 of kt+kStages committed) and be visible to all.
         cp_async_wait<S::kStages - 2>();
         __syncthreads();
         const uint32_t next_stage = smem_base + ((kt + 1) % S::kStages) * kStageBytes;
-        load_warp_fragments<kATrans, kBTrans>(frag[(ks + 1) & 1], next_stage, warp_m0, warp_n0, 0, lane);
+        load_warp_fragments<S, kATrans, kBTrans>(frag[(ks + 1) & 1], next_stage, warp_m0, warp_n0, 0, lane);
       }
-      const WarpFragments& f = frag[ks & 1];
+      const WarpFragments<S>& f = frag[ks & 1];
 #pragma unroll
       for (int mi = 0; mi < S::kMmaM; ++mi)
 #pragma unroll
@@ -406,14 +483,41 @@ __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint
 
   const int g = lane >> 2;
   const int t = lane & 3;
+  if constexpr (!S::kStagedEpilogue) {
 #pragma unroll
-  for (int mi = 0; mi < S::kMmaM; ++mi) {
+    for (int mi = 0; mi < S::kMmaM; ++mi) {
 #pragma unroll
-    for (int ni = 0; ni < S::kMmaN; ++ni) {
-      const int row = tile_m + warp_m0 + mi * kInstrM + g;
-      const int col = tile_n + warp_n0 + ni * kInstrN + 2 * t;
-      store_pair(p.out, p.M, p.N, row, col, acc[mi][ni][0], acc[mi][ni][1]);
-      store_pair(p.out, p.M, p.N, row + 8, col, acc[mi][ni][2], acc[mi][ni][3]);
+      for (int ni = 0; ni < S::kMmaN; ++ni) {
+        const int row = tile_m + warp_m0 + mi * kInstrM + g;
+        const int col = tile_n + warp_n0 + ni * kInstrN + 2 * t;
+        store_pair(p.out, p.M, p.N, row, col, acc[mi][ni][0], acc[mi][ni][1]);
+        store_pair(p.out, p.M, p.N, row + 8, col, acc[mi][ni][2], acc[mi][ni][3]);
+      }
+    }
+  } else {
+    // Every warp must be done with the pipeline slots (the last ldmatrix) before they are reused.
+    __syncthreads();
+    constexpr int kPitch = S::kEpiloguePitch;
+    float* staging = reinterpret_cast<float*>(smem) + warp * kInstrM * kPitch;  // 16 x kPitch floats
+    constexpr int kQuadsPerRow = S::kWarpN / 4;
+#pragma unroll
+    for (int mi = 0; mi < S::kMmaM; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < S::kMmaN; ++ni) {
+        const int col = ni * kInstrN + 2 * t;
+        *reinterpret_cast<float2*>(staging + g * kPitch + col) = make_float2(acc[mi][ni][0], acc[mi][ni][1]);
+        *reinterpret_cast<float2*>(staging + (g + 8) * kPitch + col) = make_float2(acc[mi][ni][2], acc[mi][ni][3]);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < kInstrM * kQuadsPerRow / 32; ++i) {
+        const int q = i * 32 + lane;
+        const int r = q / kQuadsPerRow;
+        const int c = (q % kQuadsPerRow) * 4;
+        const float4 v = *reinterpret_cast<const float4*>(staging + r * kPitch + c);
+        store_quad(p.out, p.M, p.N, tile_m + warp_m0 + mi * kInstrM + r, tile_n + warp_n0 + c, v);
+      }
+      __syncwarp();  // the next mi overwrites the staging rows
     }
   }
 }

@@ -75,7 +75,9 @@ struct Rig {
         if (k == i) v[v.size() / 3] = value;
       Tensor g = Tensor::from_vector(v, spec[i].shape, spec[i].dtype);
       cpu[i].set_grad(g);
-      gpu[i].set_grad(g.copy_to(spec[i].device));  // contiguous even for a channels-last parameter
+      // contiguous even for a channels-last parameter; a CPU twin gets its own copy (copy_to(CPU) of a
+      // CPU tensor is the tensor itself, and both scalers unscale in place)
+      gpu[i].set_grad(spec[i].device == Device::CPU ? g.clone() : g.copy_to(spec[i].device));
     }
   }
 
