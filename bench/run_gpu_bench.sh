@@ -50,6 +50,6 @@ if want hippo; then
   echo "== hippocampus, AMP, reference recipe: PyTorch then halfgrad"
   t python3 reference/torch_hippo_amp.py "$OUT/torch_hippo_amp.json" 2>&1 | tee "$OUT/torch_hippo.log" | tail -3
   t build/examples/halfgrad-unet3d train --device cuda --amp --config reference --data "$HIPPO" --out "$OUT/hippo_amp" \
-      --no-progress ${HIPPO_ARGS:-} 2>&1 | tee "$OUT/hippo_amp.log" | grep -E "epoch [0-9]+0/|done|error|device|model"
+      --no-progress --save-every 10 ${HIPPO_ARGS:-} 2>&1 | tee "$OUT/hippo_amp.log" | grep -E "epoch [0-9]+0/|done|error|device|model"
 fi
 python3 reference/compare_gpu.py "$OUT"

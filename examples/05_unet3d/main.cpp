@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
   train->add_option("--seed", t.seed, "random seed (init, patches, flips)");
   train->add_option("--config", t.config, "recipe: cpu (2-core machine) or reference (the PyTorch reference's)");
   train->add_option("--val-every", t.val_every, "validate every N epochs (default: the recipe's)")->check(finite_at_least(0, true));
+  train->add_option("--save-every", t.save_every,
+                    "write checkpoint.bin every N epochs and after the last (default 1; the checkpoint holds the "
+                    "optimizer state, so on a GPU writing it can take as long as an epoch)")
+      ->check(CLI::PositiveNumber);
   train->add_option("--max-minutes", t.max_minutes, "stop after the epoch that passes this much training time")->check(finite_at_least(0, false));
   train->add_flag("!--no-progress", t.progress, "no per-step progress bar on stderr");
   train->add_option("--grad-stats", t.grad_stats,

@@ -286,16 +286,19 @@ int run_train(const TrainArgs& a) {
     csv << "," << (do_val ? fmt(mean) : "") << "," << fmt(epoch_s, 2) << "," << fmt(elapsed, 2) << "\n";
     csv.flush();
 
-    nlohmann::json meta = {{"recipe", r.name},        {"model", r.model.to_json()}, {"epoch", epoch},
-                           {"amp", level != amp::OptLevel::O0}, {"opt_level", amp::opt_level_name(level)},
-                           {"fp32_ops", a.fp32_ops},  {"fp32_modules", a.fp32_modules},
-                           {"volume_shape", r.volume_shape},
-                           {"class_names", data.class_names}, {"scaler", scaler.state_dict()},
-                           {"optimizer", opt.state_dict()}, {"val_mean_dice", mean}};
-    nn::save_checkpoint(a.out + "/checkpoint.bin", *model, meta);
+    const bool stopping = a.max_minutes > 0 && elapsed > a.max_minutes * 60;
+    if (epoch % a.save_every == 0 || epoch == r.epochs || stopping) {
+      nlohmann::json meta = {{"recipe", r.name},        {"model", r.model.to_json()}, {"epoch", epoch},
+                             {"amp", level != amp::OptLevel::O0}, {"opt_level", amp::opt_level_name(level)},
+                             {"fp32_ops", a.fp32_ops},  {"fp32_modules", a.fp32_modules},
+                             {"volume_shape", r.volume_shape},
+                             {"class_names", data.class_names}, {"scaler", scaler.state_dict()},
+                             {"optimizer", opt.state_dict()}, {"val_mean_dice", mean}};
+      nn::save_checkpoint(a.out + "/checkpoint.bin", *model, meta);
+    }
     if (do_val) { last = mean; last_epoch = epoch; }
     if (do_val && mean > best) { best = mean; best_epoch = epoch; }
-    if (a.max_minutes > 0 && elapsed > a.max_minutes * 60) {
+    if (stopping) {
       std::cout << "stopping: --max-minutes " << a.max_minutes << " reached after epoch " << epoch << std::endl;
       break;
     }

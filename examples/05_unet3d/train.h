@@ -20,6 +20,7 @@ struct TrainArgs {
   std::vector<std::string> fp32_modules;  // module-name prefixes run in FP32 under autocast
   uint64_t seed = 0;
   int64_t val_every = -1;
+  int64_t save_every = 1;  // --save-every N: write the checkpoint every N epochs (and after the last)
   double max_minutes = 0;  // stop after this much training time (0 = no limit)
   bool progress = true;
   // Instruments of mixed precision (off by default):
