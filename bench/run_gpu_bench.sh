@@ -8,6 +8,7 @@
 # Runs from the folder tools/gpu/pack.sh fills (.carry/): build/ (shared-library build), lib/,
 # data/hippocampus, reference/ (../shared/reference scripts + compare_gpu.py + torch_hippo_amp.py).
 #   bash bench/run_gpu_bench.sh [tests] [sanitize] [gemm] [conv] [step] [step-quick] [hippo] [all]
+# SEEDS="0 1" runs the hippocampus training (both frameworks) once per seed.
 set -uo pipefail
 cd "$(dirname "$0")/../.carry"
 OUT=${OUT:-$PWD/../gpu-results}
@@ -49,7 +50,9 @@ fi
 if want hippo; then
   echo "== hippocampus, AMP, reference recipe: PyTorch then halfgrad"
   t python3 reference/torch_hippo_amp.py "$OUT/torch_hippo_amp.json" 2>&1 | tee "$OUT/torch_hippo.log" | tail -3
-  t build/examples/halfgrad-unet3d train --device cuda --amp --config reference --data "$HIPPO" --out "$OUT/hippo_amp" \
-      --no-progress --save-every 10 ${HIPPO_ARGS:-} 2>&1 | tee "$OUT/hippo_amp.log" | grep -E "epoch [0-9]+0/|done|error|device|model"
+  for seed in ${SEEDS:-0}; do
+    t build/examples/halfgrad-unet3d train --device cuda --amp --config reference --data "$HIPPO" --out "$OUT/hippo_amp_s$seed" \
+        --seed $seed --no-progress --save-every 10 ${HIPPO_ARGS:-} 2>&1 | tee "$OUT/hippo_amp_s$seed.log" | grep -E "epoch (50|100)/|done|error"
+  done
 fi
 python3 reference/compare_gpu.py "$OUT"

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/tensor_access.cuh"
 #include "ops/activation/activation_cuda.h"
 #include "ops/elementwise/pointwise_cuda.cuh"
 
@@ -36,18 +37,6 @@ struct LeakyReluGradFn {
   __device__ float operator()(float g, float s) const { return s > 0.f ? g : (slope == 0.f ? 0.f : g * slope); }
 };
 
-template <typename T>
-T* dev(const Tensor& t) {
-  if constexpr (std::is_same_v<T, __half>) return reinterpret_cast<__half*>(t.data<uint16_t>());
-  else return t.data<T>();
-}
-
-template <typename F>
-void dispatch_float(const char* op, Dtype d, F&& f) {
-  if (d == kFloat32) f(float{});
-  else if (d == kFloat16) f(__half{});
-  else HG_CHECK(false, op << ": CUDA activations take float32 or float16, got " << dtype_name(d));
-}
 
 template <typename W>
 __global__ void cat_kernel(W* __restrict__ whole, W* __restrict__ part, int64_t outer, int64_t inner, int64_t total,
@@ -76,7 +65,7 @@ void launch_cat(void* whole, void* part, int64_t outer, int64_t inner_bytes, int
 Tensor leaky_relu_forward(const char* op, const Tensor& x, double slope) {
   HG_CHECK(x.defined() && x.is_cuda(), op << ": input must be a CUDA tensor");
   Tensor y = Tensor::empty(x.shape(), x.dtype(), Device::CUDA, x.memory_format());
-  dispatch_float(op, x.dtype(), [&](auto tag) {
+  dispatch_float(op, "activations", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (slope == 0.0) pointwise::launch_unary(op, dev<T>(x), dev<T>(y), x.numel(), ReluFn{});
     else pointwise::launch_unary(op, dev<T>(x), dev<T>(y), x.numel(), LeakyReluFn{static_cast<float>(slope)});
@@ -90,7 +79,7 @@ Tensor leaky_relu_backward(const char* op, const Tensor& gy, const Tensor& saved
                                            << shape_str(saved.shape()));
   const Tensor g = (gy.dtype() == saved.dtype() ? gy : gy.cast_copy(saved.dtype())).format_copy(saved.memory_format());
   Tensor dx = Tensor::empty(saved.shape(), saved.dtype(), Device::CUDA, saved.memory_format());
-  dispatch_float(op, saved.dtype(), [&](auto tag) {
+  dispatch_float(op, "activations", saved.dtype(), [&](auto tag) {
     using T = decltype(tag);
     pointwise::launch_binary(op, dev<T>(g), dev<T>(saved), dev<T>(dx), saved.numel(),
                              LeakyReluGradFn{static_cast<float>(slope)});

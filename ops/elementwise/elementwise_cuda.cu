@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/tensor_access.cuh"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/elementwise/pointwise_cuda.cuh"
 
@@ -158,19 +159,6 @@ __global__ void strided_scale_kernel(const Tin* __restrict__ g, Tout* __restrict
     y[i] = from_float<Tout>(scale * to_float(g[plan_offset(p, 0, i)]));
 }
 
-// Typed device pointer of a float32 / float16 tensor (FP16 is uint16_t in C++, __half in kernels).
-template <typename T>
-T* dev(const Tensor& t) {
-  if constexpr (std::is_same_v<T, __half>) return reinterpret_cast<__half*>(t.data<uint16_t>());
-  else return t.data<T>();
-}
-
-template <typename F>
-void dispatch_float(const char* op, Dtype d, F&& f) {
-  if (d == kFloat32) f(float{});
-  else if (d == kFloat16) f(__half{});
-  else HG_CHECK(false, op << ": CUDA elementwise kernels take float32 or float16, got " << dtype_name(d));
-}
 
 void check_cuda_float(const char* op, const char* what, const Tensor& t) {
   HG_CHECK(t.defined() && t.is_cuda(), op << ": " << what << " must be a CUDA tensor");
@@ -210,7 +198,7 @@ Tensor binary(const char* op, BinaryOp kind, const Tensor& a, const Tensor& b, c
   const int64_t n = y.numel();
   if (n == 0) return y;
   const BinaryFn f{kind};
-  dispatch_float(op, a.dtype(), [&](auto tag) {
+  dispatch_float(op, "elementwise kernels", a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (a.shape() == so && b.shape() == so) {
       // Same shape: b in a's format (a copy only when they differ), then one flat loop.
@@ -246,8 +234,8 @@ Tensor unary(const char* op, const Tensor& x, Dtype out, const UnaryFn& fn) {
   Tensor y = Tensor::empty(x.shape(), out, Device::CUDA, x.memory_format());
   const UnaryDeviceFn f{fn.kind, static_cast<float>(fn.scale), static_cast<float>(fn.shift),
                         static_cast<float>(fn.exponent)};
-  dispatch_float(op, x.dtype(), [&](auto in_tag) {
-    dispatch_float(op, out, [&](auto out_tag) {
+  dispatch_float(op, "elementwise kernels", x.dtype(), [&](auto in_tag) {
+    dispatch_float(op, "elementwise kernels", out, [&](auto out_tag) {
       using Tin = decltype(in_tag);
       using Tout = decltype(out_tag);
       pointwise::launch_unary(op, dev<Tin>(x), dev<Tout>(y), x.numel(), f);
@@ -264,8 +252,8 @@ Tensor broadcast_scaled(const char* op, const Tensor& g, const Shape& shape, Mem
   const int64_t n = y.numel();
   if (n == 0) return y;
   const StridedPlan p = make_plan(op, shape, format, {&g});
-  dispatch_float(op, g.dtype(), [&](auto in_tag) {
-    dispatch_float(op, out, [&](auto out_tag) {
+  dispatch_float(op, "elementwise kernels", g.dtype(), [&](auto in_tag) {
+    dispatch_float(op, "elementwise kernels", out, [&](auto out_tag) {
       using Tin = decltype(in_tag);
       using Tout = decltype(out_tag);
       strided_scale_kernel<Tin, Tout><<<grid_for(n), 256, 0, stream()>>>(dev<Tin>(g), dev<Tout>(y), n, p,

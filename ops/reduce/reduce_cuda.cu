@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/tensor_access.cuh"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/reduce/reduce_cuda.h"
 
@@ -141,18 +142,6 @@ __global__ void argmax_kernel(const T* __restrict__ x, int64_t* __restrict__ y, 
   }
 }
 
-template <typename T>
-T* dev(const Tensor& t) {
-  if constexpr (std::is_same_v<T, __half>) return reinterpret_cast<__half*>(t.data<uint16_t>());
-  else return t.data<T>();
-}
-
-template <typename F>
-void dispatch_float(const char* op, Dtype d, F&& f) {
-  if (d == kFloat32) f(float{});
-  else if (d == kFloat16) f(__half{});
-  else HG_CHECK(false, op << ": CUDA reductions take float32 or float16, got " << dtype_name(d));
-}
 
 // Appends extent/strides to a dim list, merging with the previous entry when they step as one dim.
 void push_dim(int& n, int64_t* size, int64_t* stride, int64_t* out, int64_t e, int64_t st, int64_t ost, const char* op) {
@@ -214,7 +203,7 @@ Tensor sum_dims(const char* op, const Tensor& x, const std::vector<bool>& mask, 
   splits = (p.R + chunk - 1) / chunk;
   Tensor partial = Tensor::empty({splits * p.O}, kFloat32, Device::CUDA);
   float* pp = partial.data<float>();
-  dispatch_float(op, x.dtype(), [&](auto tag) {
+  dispatch_float(op, "reductions", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (innermost_reduced) {
       const int64_t warps = p.O * splits;
@@ -231,7 +220,7 @@ Tensor sum_dims(const char* op, const Tensor& x, const std::vector<bool>& mask, 
     }
     HG_CUDA_LAUNCH_CHECK(op);
   });
-  dispatch_float(op, out, [&](auto tag) {
+  dispatch_float(op, "reductions", out, [&](auto tag) {
     using Tout = decltype(tag);
     const int64_t blocks = (p.O + kWarpsPerBlock - 1) / kWarpsPerBlock;
     reduce_finish_kernel<Tout><<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(
@@ -263,7 +252,7 @@ Tensor argmax(const Tensor& x, int64_t dim) {
   Tensor y = Tensor::empty(out_shape, kInt64, Device::CUDA);
   const int64_t outputs = y.numel();
   if (outputs == 0) return y;
-  dispatch_float("argmax", x.dtype(), [&](auto tag) {
+  dispatch_float("argmax", "reductions", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     argmax_kernel<T><<<grid_for(outputs), 256, 0, stream()>>>(dev<T>(x), y.data<int64_t>(), outputs, p);
     HG_CUDA_LAUNCH_CHECK("argmax");
