@@ -58,6 +58,8 @@ using ShapeF = GemmTileShape<128, 256, 32, 64, 64, 4, 1, 8, true>;
 using ShapeF2 = GemmTileShape<128, 128, 32, 64, 64, 4, 2, 8, true>;
 using ShapeG4 = GemmTileShape<128, 256, 32, 64, 64, 4, 1, 4>;
 using ShapeG16 = GemmTileShape<128, 256, 32, 64, 64, 4, 1, 16>;
+using ShapeCF = GemmTileShape<256, 128, 32, 64, 64, 4, 1, 8, true>;
+using ShapeCF4 = GemmTileShape<256, 128, 32, 64, 64, 4, 1, 4, true>;
 using ShapeS1 = GemmTileShape<64, 128, 32, 32, 64, 4, 2>;
 using ShapeS2 = GemmTileShape<64, 64, 32, 32, 32, 4, 4>;
 
@@ -77,7 +79,9 @@ const std::vector<SweepVariant>& sweep_variants() {
       {"f2", "128x128x32 s4, 4 warps 64x64, 2/SM, staged epi", "+6%", run_shape<ShapeF2>},
       {"g4", "128x256x32 s4, 1/SM, raster group 4", "0%", run_shape<ShapeG4>},
       {"g16", "128x256x32 s4, 1/SM, raster group 16", "0%", run_shape<ShapeG16>},
-      {"s1", "64x128x32 s4, 4 warps 32x64, 2/SM (small tile)", "-15% (1024^3: +50%)", run_shape<ShapeS1>},
+      {"cf", "256x128x32 s4, 8 warps (4x2), 1/SM, staged epi (production)", "+3% (after run 1)", run_shape<ShapeCF>},
+      {"cf4", "256x128x32 s4, 1/SM, staged epi, raster group 4", "+3% (after run 1)", run_shape<ShapeCF4>},
+      {"s1", "64x128x32 s4, 4 warps 32x64, 2/SM (small, production)", "-15% (1024^3: +50%)", run_shape<ShapeS1>},
       {"s2", "64x64x32 s4, 4 warps 32x32, 4/SM (small tile)", "-30% (1024^3: +40%)", run_shape<ShapeS2>},
   };
   return variants;

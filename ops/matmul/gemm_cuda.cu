@@ -5,17 +5,21 @@
 // no backward here: the autograd ops build dA = dC op(B)^T and dB = op(A)^T dC from this same call by
 // choosing the layouts, which is why all four N/T combinations are served.
 //
-// Parallel mapping (ops/matmul/gemm_mma_tiles.cuh): one 256-thread block per 128x256 tile of C,
-// 8 warps in a 2x4 grid, each warp a 64x64 tile made of 4x8 mma.sync.m16n8k16 instructions; K in
-// slices of 32 through a 4-stage cp.async pipeline into XOR-swizzled shared memory, fragments
-// read with ldmatrix (.trans for an M- or N-contiguous tile) and double-buffered in registers.
-// Blocks are rasterised in groups of 8 tile-rows for L2 reuse.
+// Parallel mapping (ops/matmul/gemm_mma_tiles.cuh, one block function for every tile shape): large
+// problems get one 256-thread block per 256x128 tile of C, 8 warps in a 4x2 grid, each warp a
+// 64x64 tile made of 4x8 mma.sync.m16n8k16 instructions, one block per SM; the results leave through
+// shared memory as whole-row 16-byte (FP32) / 8-byte (FP16) stores. Problems too small to give
+// every SM two such tiles get one 128-thread block per 64x128 tile, 4 warps (2x2) of 32x64, two
+// blocks per SM (at 1024^3: 128 blocks instead of 32). Both: K in slices of 32 through a 4-stage
+// cp.async pipeline into XOR-swizzled shared memory, fragments read with ldmatrix (.trans for an
+// M- or N-contiguous tile) and double-buffered in registers; blocks rasterised in groups of 8
+// tile-rows for L2 reuse. The shapes were chosen by `gemm_bench --sweep` (bench/gemm/README.md).
 //
 // Precision: FP16 operands, FP32 accumulation in the mma registers, alpha/beta applied in FP32,
 // output written as FP32 or rounded once to FP16 (__float2half_rn, round to nearest even).
 //
 // Edges by predication, not padding: a tile that sticks out of the matrix (M, N not multiples of
-// 128/256, K not a multiple of 32, K as small as 1) loads zeros for the missing elements straight
+// the tile, K not a multiple of 32, K as small as 1) loads zeros for the missing elements straight
 // into shared memory (cp.async with a source size of 0..16 bytes zero-fills the rest), and the
 // epilogue skips stores outside C. Zero-padding the operands to tile multiples instead would cost an
 // extra allocation and an extra read+write pass over A and B (and a copy back for C), all for the
@@ -39,9 +43,11 @@ using gemm_tiles::GemmProblem;
 using gemm_tiles::GemmTileShape;
 
 // The two tile shapes gemm_f16 chooses between (measured by `gemm_bench --sweep`, bench/gemm/README.md).
-//   LargeTile: for problems with enough tiles to fill every SM several times over.
-//   SmallTile: when LargeTile would leave SMs idle (fewer than kMinWavesForLarge blocks per SM).
-using LargeTile = GemmTileShape<128, 256, 32, 64, 64, 4, 1>;
+//   LargeTile: 256x128x32, 8 warps 64x64, staged epilogue; 0.52-0.53x cuBLAS in the sweep's run
+//     (128x256 measured 0.49-0.52x, every 2-blocks/SM and K=64 shape lower).
+//   SmallTile: 64x128x32, 4 warps 32x64, 2 blocks/SM; when LargeTile would leave SMs idle (fewer
+//     than kMinWavesForLarge blocks per SM): 0.60x at 1024^3 where LargeTile gives 0.33x.
+using LargeTile = GemmTileShape<256, 128, 32, 64, 64, 4, 1, 8, true>;
 using SmallTile = GemmTileShape<64, 128, 32, 32, 64, 4, 2>;
 constexpr int64_t kMinWavesForLarge = 2;
 
