@@ -172,6 +172,11 @@ void* Tensor::raw_data() const {
 
 double Tensor::item_at(int64_t i) const {
   HG_CHECK(i >= 0 && i < numel(), "Tensor::item_at: index " << i << " out of range for " << numel() << " elements");
+  if (device() == Device::CUDA && !is_channels_last()) {  // one element over the bus, not the tensor
+    Tensor one = empty({1}, dtype());
+    cuda::copy_d2h(one.raw_data(), static_cast<const char*>(raw_data()) + i * dtype_size(dtype()), dtype_size(dtype()));
+    return one.item_at(0);
+  }
   if (device() == Device::CUDA || is_channels_last()) return copy_to(Device::CPU).format_copy(MemoryFormat::Contiguous).item_at(i);
   switch (dtype()) {
     case kFloat32: return data<float>()[i];
