@@ -1,5 +1,6 @@
 // runtime_stub.cpp - runtime.h in a build without CUDA: nothing is available, every use says why.
 #include "core/cuda/runtime.h"
+#include "core/cuda/tensor_kernels.h"
 
 #include "core/error.h"
 
@@ -25,5 +26,12 @@ void synchronize(const char* what) { no_cuda(what); }
 AllocatorStats allocator_stats() { return {}; }
 void reset_peak_stats() {}
 void empty_cache() {}
+
+// tensor_kernels.h: unreachable without CUDA tensors, which a build without CUDA cannot make.
+void fill(void*, Dtype, int64_t, double) { no_cuda("fill_"); }
+void convert(const void*, Dtype, void*, Dtype, int64_t) { no_cuda("cast"); }
+void permute_channels(const void*, void*, int64_t, int64_t, int64_t, int64_t, bool) { no_cuda("to(memory_format)"); }
+void accumulate(void*, const void*, Dtype, int64_t) { no_cuda("backward (gradient accumulation)"); }
+int64_t count_nonfinite(const void*, Dtype, int64_t) { no_cuda("count_nonfinite"); }
 
 }  // namespace halfgrad::cuda
