@@ -1,7 +1,7 @@
 // gemm_bench.cu - checks and times every rung of the FP16 Tensor Core GEMM ladder (gemm_rungs.h)
 // and the production halfgrad::cuda::gemm_f16, against cuBLAS measured in the same run.
 //
-//   gemm_bench           all sizes (1024^3, 4096^3, 8192^3, 1000^3, 4095^3 timed; small odd shapes
+//   gemm_bench           all sizes (1024^3, 4096^3, 2048^3, 8192^3, 1000^3, 4095^3 timed; small odd shapes
 //                        checked only), then the layout / leading-dimension / alpha-beta checks of
 //                        gemm_f16 and its argument checks. About a minute on an H200.
 //   gemm_bench --quick   1024^3 and 4096^3 timed, the small shapes and the layout checks; < 30 s.
@@ -267,6 +267,7 @@ void run_size(const Size& s, int64_t l2_bytes) {
       rung("mma_cp_async_pipeline", halfgrad::bench::gemm_mma_cp_async_pipeline),
       rung("mma_ldmatrix_swizzle", halfgrad::bench::gemm_mma_ldmatrix_swizzle),
       rung("mma_warp_tiled", halfgrad::bench::gemm_mma_warp_tiled),
+      rung("wgmma_hopper", halfgrad::bench::gemm_wgmma_hopper),
       {"gemm_f16 (f32 out)", false, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, false)); return (const char*)nullptr; }},
       {"gemm_f16 (f16 out)", true, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, true)); return (const char*)nullptr; }},
   };
@@ -379,6 +380,13 @@ void run_layout_checks(bool quick) {
       cases.push_back({200, 136, 72, al, bl, 3, 1, 0});
       cases.push_back({131, 77, 45, al, bl, 0, 0, 1, 1});
       cases.push_back({260, 300, 100, al, bl, 8, 0, 0, 0, 1.5f, -0.75f});
+    }
+  // Large enough for the Hopper wgmma path on sm_90 (128x256 tiles for >= 3/4 of the SMs, M, N, K % 8 == 0):
+  // edge tiles in M and N, K not a multiple of the 64-wide slice, padded leading dimensions, alpha/beta.
+  for (GemmLayout al : kLayouts)
+    for (GemmLayout bl : kLayouts) {
+      cases.push_back({2056, 2104, 520, al, bl, 0, 0, 1});  // odd ldc: element stores
+      cases.push_back({2304, 2048, 264, al, bl, 8, 16, 4, 0, 1.5f, -0.75f});
     }
   uint64_t seed = 77;
   for (const LayoutCase& c : cases)
@@ -504,6 +512,7 @@ void run_ladder(bool quick, int64_t l2) {
   std::vector<Size> sizes = {{17, 33, 5, false}, {1, 1, 1, false}, {64, 3, 27, false}, {129, 257, 40, false},
                              {1024, 1024, 1024, true}, {4096, 4096, 4096, true}};
   if (!quick) {
+    sizes.push_back({2048, 2048, 2048, true});  // between the small-tile and wgmma regimes on sm_90
     sizes.push_back({8192, 8192, 8192, true});
     sizes.push_back({1000, 1000, 1000, true});
     sizes.push_back({4095, 4095, 4095, true});

@@ -21,5 +21,6 @@ const char* gemm_wmma_smem_tiled(const DenseGemm& g);
 const char* gemm_mma_cp_async_pipeline(const DenseGemm& g);
 const char* gemm_mma_ldmatrix_swizzle(const DenseGemm& g);
 const char* gemm_mma_warp_tiled(const DenseGemm& g);
+const char* gemm_wgmma_hopper(const DenseGemm& g);  // sm_90 only
 
 }  // namespace halfgrad::bench

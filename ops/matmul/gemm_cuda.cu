@@ -25,6 +25,11 @@
 // extra allocation and an extra read+write pass over A and B (and a copy back for C), all for the
 // sake of the last tile; predication costs a compare per 16-byte copy.
 //
+// Hopper: on a compute capability 9.0 GPU, problems with 128x256 tiles for >= 3/4 of the SMs, M, N, K
+// multiples of 8 and the 16-byte load path run instead on the warpgroup-MMA kernel
+// (ops/matmul/gemm_wgmma.cuh, wgmma.mma_async from swizzled shared memory, all four N/T layouts);
+// mma.sync tops out near half of Hopper's Tensor Core rate. Everything else takes the kernels below.
+//
 // Two load paths, chosen per call: 16-byte cp.async when lda, ldb are multiples of 8 halfs and A, B
 // are 16-byte aligned (every 16-byte chunk then starts aligned); otherwise 2-byte loads and 2-byte shared
 // stores (any leading dimension, any alignment; same Tensor Core math, but synchronous loads, so
@@ -35,6 +40,7 @@
 
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_mma_tiles.cuh"
+#include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::cuda {
 namespace {
@@ -144,7 +150,9 @@ void gemm_f16(const GemmArgs& a) {
   const bool vector = a.lda % 8 == 0 && a.ldb % 8 == 0 && aligned(a.A, 16) && aligned(a.B, 16);
   const bool at = a.a_layout == GemmLayout::T;
   const bool bt = a.b_layout == GemmLayout::T;
-  if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count(op)) {
+  if (gemm_wgmma::suits(p, vector, sm_count(op), op)) {
+    gemm_wgmma::launch(p, at, bt, op);
+  } else if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count(op)) {
     launch_shape<LargeTile>(p, at, bt, vector, op);
   } else {
     launch_shape<SmallTile>(p, at, bt, vector, op);

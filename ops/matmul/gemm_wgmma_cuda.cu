@@ -1,0 +1,75 @@
+// gemm_wgmma_cuda.cu - the Hopper path of gemm_f16: launches the warpgroup-MMA block of
+// gemm_wgmma.cuh (math, layouts, mapping, pipeline and precision are described there).
+//
+// Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major, every N/T layout.
+// Mapping: one 256-thread block (2 warpgroups of 64 x 256) per 128 x 256 tile of C, one block per SM
+// (192 KiB of shared memory). Precision: FP16 operands, FP32 accumulation, FP32 or FP16 output.
+//
+// Build: this file must be compiled for the sm_90a target only (wgmma and its descriptors exist only
+// there): CMake puts it in its own object library with CUDA_ARCHITECTURES 90a-real. If it is ever
+// compiled for another target, the kernel body becomes a trap (loud, never a silent wrong result),
+// and gemm_f16 still only calls launch() on a compute capability 9.0 device.
+#include "ops/matmul/gemm_wgmma_cuda.h"
+
+#include "core/cuda/check.cuh"
+#include "ops/matmul/gemm_wgmma.cuh"
+
+namespace halfgrad::cuda::gemm_wgmma {
+namespace {
+
+template <bool kATrans, bool kBTrans>
+__global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(GemmProblem p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem[];
+  wgmma_gemm_block<kATrans, kBTrans>(p, smem);
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built without sm_90a: never launched (device_supported), loud if it were
+#endif
+}
+
+template <bool kATrans, bool kBTrans>
+void launch_layout(const GemmProblem& p, const char* op) {
+  auto kernel = gemm_wgmma_kernel<kATrans, kBTrans>;
+  static const bool configured = [&] {
+    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  const auto blocks = static_cast<unsigned>(tile_count(p.M, p.N));
+  kernel<<<blocks, kThreads, kSmemBytes, stream()>>>(p);
+  HG_CUDA_LAUNCH_CHECK(op);
+}
+
+}  // namespace
+
+bool device_supported(const char* op) {
+  constexpr int kMaxDevices = 64;
+  static signed char cached[kMaxDevices] = {};  // 0 unknown, 1 yes, -1 no
+  int device = 0;
+  HG_CUDA_CHECK(op, cudaGetDevice(&device));
+  if (device >= kMaxDevices) device = kMaxDevices - 1;
+  if (cached[device] == 0) {
+    int major = 0, minor = 0;
+    HG_CUDA_CHECK(op, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    HG_CUDA_CHECK(op, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    cached[device] = major == 9 && minor == 0 ? 1 : -1;  // sm_90a code runs on 9.0 only
+  }
+  return cached[device] == 1;
+}
+
+bool suits(const GemmProblem& p, bool vector, int64_t sm_count, const char* op) {
+  // Tiles for at least 3/4 of the SMs: measured (bench/gemm/README.md) at 2048^3, 128 tiles on 132
+  // SMs, wgmma gives 0.79x cuBLAS where the mma.sync small tile gives 0.45x; at 1024^3, 32 tiles, it
+  // gives 0.45x where the small tile gives 0.60x. Sizes in between were not measured.
+  return vector && p.M % 8 == 0 && p.N % 8 == 0 && p.K % 8 == 0 && 4 * tile_count(p.M, p.N) >= 3 * sm_count &&
+         device_supported(op);
+}
+
+void launch(const GemmProblem& p, bool a_trans, bool b_trans, const char* op) {
+  if (!a_trans && !b_trans) launch_layout<false, false>(p, op);
+  if (!a_trans && b_trans) launch_layout<false, true>(p, op);
+  if (a_trans && !b_trans) launch_layout<true, false>(p, op);
+  if (a_trans && b_trans) launch_layout<true, true>(p, op);
+}
+
+}  // namespace halfgrad::cuda::gemm_wgmma
