@@ -4,9 +4,9 @@
 // row-major buffer, and the autograd fields (requires_grad, grad, grad_fn). Copying a Tensor copies
 // the handle, as in libtorch; `clone()` copies the data.
 //
-// Layout: shapes are up to 5-D; volumes are NCDHW (batch, channels, depth, height, width) and the
-// buffer is always dense row-major in that order. The channels-last (NDHWC) form used by the CUDA
-// kernels is a separate physical layout recorded in `memory_format` (CPU ops require Contiguous).
+// Layout: shapes have up to 8 dimensions (volumes are 5-D: N, C, D, H, W); the buffer is dense,
+// row-major in the logical order (Contiguous), or NDHWC for a 5-D tensor whose `memory_format` is
+// ChannelsLast3d (the layout the CUDA convolutions read; CPU ops require Contiguous).
 //
 // Device: CPU or CUDA (core/cuda/runtime.h). A CUDA tensor's buffer is device memory from the CUDA
 // caching allocator; data<T>() then returns a device pointer (for kernels), and the element accessors
@@ -159,7 +159,9 @@ class Tensor {
   Tensor clone() const;
   /// Shares the data, drops autograd history: a leaf with requires_grad false.
   Tensor detach() const;
-  /// Same data, new shape (numel must match); not differentiable - use ops::reshape for that.
+  /// Same data, new shape (numel must match; throws otherwise); not differentiable - use ops::reshape
+  /// for that. A channels-last tensor whose shape changes is first copied to Contiguous, so the
+  /// result then does not share its buffer.
   Tensor view_as_shape(const Shape& shape) const;
   /// Non-differentiable dtype conversion (copy); ops::to / Tensor::to is the differentiable one.
   Tensor cast_copy(Dtype dtype) const;

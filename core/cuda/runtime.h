@@ -13,7 +13,14 @@
 // Stats mirror torch.cuda.memory_allocated / max_memory_allocated / memory_reserved.
 //
 // In a build without CUDA (HALFGRAD_CUDA undefined) compiled() and is_available() are false and every
-// other function throws halfgrad::Error("... halfgrad was built without CUDA").
+// other function throws halfgrad::Error("... halfgrad was built without CUDA"). In a CUDA build on a
+// machine without a usable device, is_available() is false and every function that needs the device
+// (sm_count, allocate, the copies, synchronize) throws halfgrad::Error("<op>: CUDA is not available
+// (<driver's reason>)"); allocator_stats / reset_peak_stats / empty_cache do nothing.
+// Errors of CUDA calls throw halfgrad::Error naming the op, the call and CUDA's error string.
+// Threads: the allocator's bookkeeping is locked; all work goes to the one stream, so work queued by
+// two host threads runs in the order it was queued. Copies of 0 bytes do nothing; copy_d2d's ranges
+// must not overlap.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -34,7 +41,7 @@ int compute_capability();
 /// Device memory of at least `nbytes` (256-byte aligned), from the cache or cudaMalloc. `op` names the
 /// caller in the out-of-memory error. Never null (nbytes 0 gives a valid 512-byte block).
 void* allocate(size_t nbytes, const char* op = "cuda::allocate");
-/// Returns a block from allocate (same nbytes) to the cache.
+/// Returns a block from allocate (same nbytes; anything else is undefined behaviour) to the cache.
 void release(void* ptr, size_t nbytes);
 
 /// Copies ordered on the stream. Host-to-device and device-to-device return once queued (the host
@@ -43,6 +50,7 @@ void release(void* ptr, size_t nbytes);
 void copy_h2d(void* dst, const void* src, size_t nbytes);
 void copy_d2h(void* dst, const void* src, size_t nbytes);
 void copy_d2d(void* dst, const void* src, size_t nbytes);
+/// Sets nbytes bytes at dst to `byte`, queued on the stream.
 void memset_async(void* dst, int byte, size_t nbytes);
 /// Waits for all work queued on the stream; an asynchronous kernel fault surfaces here, named with `what`.
 void synchronize(const char* what = "cuda::synchronize");

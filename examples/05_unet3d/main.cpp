@@ -2,7 +2,7 @@
 //
 //   halfgrad-unet3d train [--data DIR] --out RUN_DIR [--device cpu|cuda] [--epochs N --batch B --lr X --seed S --config NAME]
 //                         [--opt-level O0|O1|O2|O3 | --amp] [--fp32-op NAME ...] [--fp32-module PREFIX ...]
-//   halfgrad-unet3d eval  --data DIR --checkpoint FILE
+//   halfgrad-unet3d eval  [--data DIR] --checkpoint FILE [--device cpu|cuda]
 //
 // Without --data, train uses the embedded default (Debian's mricron-data). See README.md.
 #include <CLI/CLI.hpp>
@@ -59,13 +59,13 @@ int main(int argc, char** argv) {
   train->add_option("--save-every", t.save_every,
                     "write checkpoint.bin every N epochs and after the last (default 1; the checkpoint holds the "
                     "optimizer state, so on a GPU writing it can take as long as an epoch)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_at_least(0, true));
   train->add_option("--max-minutes", t.max_minutes, "stop after the epoch that passes this much training time")->check(finite_at_least(0, false));
   train->add_flag("!--no-progress", t.progress, "no per-step progress bar on stderr");
   train->add_option("--grad-stats", t.grad_stats,
                     "write per-parameter gradient statistics against FP16's range (unscaled) to this CSV file");
   train->add_option("--grad-stats-every", t.grad_stats_every, "collect --grad-stats every N optimizer steps (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_at_least(0, true));
   train->add_flag("--precision-report", t.precision_report,
                   "write the precision report (dtype per op, casts, loss-scale timeline; CSV and PNG) into --out");
   train->add_flag("--detect-anomaly", t.detect_anomaly,

@@ -177,16 +177,27 @@ int run_train(const TrainArgs& a) {
 
   const int64_t per_epoch = r.samples_per_epoch > 0 ? r.samples_per_epoch : static_cast<int64_t>(data.train.size());
   const int64_t steps_per_epoch = std::max<int64_t>(1, per_epoch / r.batch);
-  std::ofstream csv(a.out + "/metrics.csv");
-  HG_CHECK(csv.good(), "halfgrad-unet3d train: cannot write " << a.out << "/metrics.csv; expected a writable run folder");
-  csv << "epoch,train_loss,skipped_steps,loss_scale,lr";
-  for (int64_t c = 1; c < data.num_classes; ++c) csv << ",dice_" << data.class_names[c];
-  csv << ",mean_dice,epoch_seconds,elapsed_seconds\n";
 
   // Instruments (--grad-stats, --precision-report, --detect-anomaly); each does nothing unless asked.
   std::optional<amp::GradStatsCsvWriter> grad_stats;
   HG_CHECK(a.grad_stats_every >= 1, "halfgrad-unet3d train: --grad-stats-every must be >= 1, got " << a.grad_stats_every);
   if (!a.grad_stats.empty()) grad_stats.emplace(a.grad_stats);
+  // metrics.csv: checked writable now (append mode leaves an earlier run's file as it is), replaced
+  // when the first epoch ends - so a run that stops before then leaves the folder's files untouched.
+  const std::string csv_path = a.out + "/metrics.csv";
+  {
+    std::ofstream probe(csv_path, std::ios::app);
+    HG_CHECK(probe.good(), "halfgrad-unet3d train: cannot write " << csv_path << "; expected a writable run folder");
+  }
+  std::ofstream csv;
+  auto open_csv = [&] {
+    csv.open(csv_path, std::ios::trunc);
+    HG_CHECK(csv.good(), "halfgrad-unet3d train: cannot write " << csv_path << "; expected a writable run folder");
+    csv << "epoch,train_loss,skipped_steps,loss_scale,lr";
+    for (int64_t c = 1; c < data.num_classes; ++c) csv << ",dice_" << data.class_names[c];
+    csv << ",mean_dice,epoch_seconds,elapsed_seconds\n";
+  };
+  int64_t saved_epoch = 0;  // the epoch whose weights checkpoint.bin holds (0: none written by this run)
   amp::PrecisionRecorder precision;
   int64_t global_step = 0;
 
@@ -224,8 +235,12 @@ int run_train(const TrainArgs& a) {
         // later checkpoint with them. With one, a non-finite loss is skipped like an overflow, but a
         // long streak means the weights or the data are broken, not the scale.
         HG_CHECK(scaler.is_enabled(), "halfgrad-unet3d train: the loss is " << l << " at epoch " << epoch << ", step "
-                                          << step + 1 << " (lr " << lr << "); stopping before the update so that "
-                                          << a.out << "/checkpoint.bin keeps the last finite weights; lower --lr");
+                                          << step + 1 << " (lr " << lr << "); stopping before the update: "
+                                          << (saved_epoch > 0 ? a.out + "/checkpoint.bin keeps the weights of epoch " +
+                                                                    std::to_string(saved_epoch)
+                                                              : "this run wrote no checkpoint, and the files already in " +
+                                                                    a.out + " are as they were")
+                                          << "; lower --lr");
         HG_CHECK(++nonfinite_streak <= kMaxNonFiniteStreak,
                  "halfgrad-unet3d train: the loss has been non-finite for " << nonfinite_streak
                      << " steps in a row (epoch " << epoch << ", loss scale " << scaler.get_scale()
@@ -281,12 +296,13 @@ int run_train(const TrainArgs& a) {
     line << "  " << fmt(epoch_s, 1) << " s";
     std::cout << line.str() << std::endl;
 
+    if (!csv.is_open()) open_csv();
     csv << epoch << "," << train_loss << "," << skipped << "," << scaler.get_scale() << "," << opt.param_groups()[0].options().get_lr();
     for (int64_t c = 1; c < data.num_classes; ++c) csv << "," << (do_val ? fmt(dice[c - 1]) : "");
     csv << "," << (do_val ? fmt(mean) : "") << "," << fmt(epoch_s, 2) << "," << fmt(elapsed, 2) << "\n";
     csv.flush();
 
-    const bool stopping = a.max_minutes > 0 && elapsed > a.max_minutes * 60;
+    const bool stopping = a.max_minutes > 0 && elapsed > a.max_minutes * 60 && epoch < r.epochs;
     if (epoch % a.save_every == 0 || epoch == r.epochs || stopping) {
       nlohmann::json meta = {{"recipe", r.name},        {"model", r.model.to_json()}, {"epoch", epoch},
                              {"amp", level != amp::OptLevel::O0}, {"opt_level", amp::opt_level_name(level)},
@@ -295,6 +311,7 @@ int run_train(const TrainArgs& a) {
                              {"class_names", data.class_names}, {"scaler", scaler.state_dict()},
                              {"optimizer", opt.state_dict()}, {"val_mean_dice", mean}};
       nn::save_checkpoint(a.out + "/checkpoint.bin", *model, meta);
+      saved_epoch = epoch;
     }
     if (do_val) { last = mean; last_epoch = epoch; }
     if (do_val && mean > best) { best = mean; best_epoch = epoch; }

@@ -2,7 +2,7 @@
 //
 // CUDA_TEST_CASE("conv3d cuda f16 NDHWC ...") declares a doctest case that runs only where a CUDA
 // device is usable. Elsewhere (CI, a laptop) doctest reports it as skipped and one line per case names
-// it: "skipped: <name>: no CUDA device (...)". The CUDA code itself is still compiled there.
+// it: "skipped: <name>: CUDA unavailable: <why>". The CUDA code itself is still compiled there.
 //
 // The reference is always the CPU op on the same inputs, in float64 where the op supports it (or
 // float32), compared by the dtype's tolerance: |gpu - ref| <= atol + rtol * |ref| elementwise,
