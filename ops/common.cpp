@@ -8,8 +8,7 @@ void check_input(const char* op, const char* what, const Tensor& t) {
   HG_CHECK(t.defined(), op << ": " << what << " is an undefined tensor");
   HG_CHECK(t.device() == Device::CPU, op << ": " << what << " is on " << device_name(t.device())
                                          << "; " << op << " runs on the CPU only");
-  HG_CHECK(!t.is_channels_last(), op << ": " << what << " " << shape_str(t.shape())
-                                     << " is channels-last (NDHWC) on the CPU; CPU ops read NCDHW: call .contiguous()");
+  check_tensor(op, what, t);  // the CPU's layout rule
 }
 
 void check_tensor(const char* op, const char* what, const Tensor& t) {

@@ -142,42 +142,41 @@ void check_conv_operands(const char* op, const ConvGeometry& g, const Tensor& t,
            op << ": " << what << " " << shape_str(t.shape()) << " must be float16 or float32, got " << dtype_name(t.dtype()));
 }
 
+// The implicit GEMM both conv3d's fprop and its input gradient are: gather `src` (channels-last) by
+// `g` (transposed = the dgrad/transposed-conv gather), multiply by `w` packed in `order`, add `bias`
+// in the epilogue, and write an NDHWC tensor of `out_shape`, returned in `format`.
+Tensor implicit_gemm_conv(const ConvGeometry& g, const Tensor& src, bool transposed, const Tensor& w, PackOrder order,
+                          const Tensor& bias, const Shape& out_shape, MemoryFormat format, const char* op,
+                          const char* n_what) {
+  const Dtype dt = w.dtype();
+  const Tensor srcs = to_channels_last(src, dt);
+  const Gather ga = make_gather(srcs, g, transposed, op);
+  const Tensor B = pack_weights(w, order, op);
+  Tensor out = Tensor::empty(out_shape, dt, Device::CUDA, MemoryFormat::ChannelsLast3d);
+  Epilogue e;
+  e.out = out.raw_data();
+  e.out_half = dt == kFloat16;
+  const Tensor bc = bias.defined() ? (bias.dtype() == dt ? bias : bias.cast_copy(dt)) : Tensor();
+  e.bias = bc.defined() ? bc.raw_data() : nullptr;
+  e.N = as_int(out_shape[1], op, n_what);
+  run_igemm(ga, B, e, op);
+  return out.format_copy(format);
+}
+
 }  // namespace
 
 Tensor dgrad_with_bias(const ConvGeometry& g, const Tensor& dy, const Tensor& w, const Tensor& b, MemoryFormat format,
                        const char* op) {
-  const Dtype dt = w.dtype();
-  const Tensor dys = to_channels_last(dy, dt);
-  const Gather ga = make_gather(dys, g, /*transposed=*/true, op);
-  const Tensor B = pack_weights(w, PackOrder::Dgrad, op);
-  Tensor dx = Tensor::empty({g.n, g.cin, g.d, g.h, g.w}, dt, Device::CUDA, MemoryFormat::ChannelsLast3d);
-  Epilogue e;
-  e.out = dx.raw_data();
-  e.out_half = dt == kFloat16;
-  const Tensor bc = b.defined() ? (b.dtype() == dt ? b : b.cast_copy(dt)) : Tensor();
-  e.bias = bc.defined() ? bc.raw_data() : nullptr;
-  e.N = as_int(g.cin, op, "channels");
-  run_igemm(ga, B, e, op);
-  return dx.format_copy(format);
+  return implicit_gemm_conv(g, dy, /*transposed=*/true, w, PackOrder::Dgrad, b, {g.n, g.cin, g.d, g.h, g.w}, format, op,
+                            "channels");
 }
 
 Tensor cuda_conv3d_fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b, MemoryFormat format) {
   const char* op = "conv3d";
   check_conv_operands(op, g, x, {g.n, g.cin, g.d, g.h, g.w}, "input", w);
   HG_CHECK(!b.defined() || (b.is_cuda() && b.numel() == g.cout), op << ": bias must be a CUDA tensor of " << g.cout << " elements");
-  const Dtype dt = w.dtype();
-  const Tensor xs = to_channels_last(x, dt);
-  const Gather ga = make_gather(xs, g, /*transposed=*/false, op);
-  const Tensor B = pack_weights(w, PackOrder::Fprop, op);
-  Tensor y = Tensor::empty({g.n, g.cout, g.od, g.oh, g.ow}, dt, Device::CUDA, MemoryFormat::ChannelsLast3d);
-  Epilogue e;
-  e.out = y.raw_data();
-  e.out_half = dt == kFloat16;
-  const Tensor bc = b.defined() ? (b.dtype() == dt ? b : b.cast_copy(dt)) : Tensor();
-  e.bias = bc.defined() ? bc.raw_data() : nullptr;
-  e.N = as_int(g.cout, op, "output channels");
-  run_igemm(ga, B, e, op);
-  return y.format_copy(format);
+  return implicit_gemm_conv(g, x, /*transposed=*/false, w, PackOrder::Fprop, b, {g.n, g.cout, g.od, g.oh, g.ow}, format,
+                            op, "output channels");
 }
 
 Tensor cuda_conv3d_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, MemoryFormat format) {
