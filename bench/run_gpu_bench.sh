@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_gpu_bench.sh - everything halfgrad measures on the GPU machine, beside the PyTorch references,
-# in one call: CUDA tests (plain, then under compute-sanitizer memcheck and racecheck), the GEMM
+# in one call: CUDA tests (plain, then under compute-sanitizer memcheck, racecheck and initcheck), the GEMM
 # ladder against cuBLAS, conv3d per layer against cuDNN, the U-Net step against PyTorch eager, and
 # the hippocampus AMP training of both. Results (JSON, logs) go to $OUT (default ./gpu-results);
 # bench/compare_gpu.py prints the ratios at the end.
@@ -26,10 +26,11 @@ if want tests; then
   t build/tests/halfgrad_tests -sf='*cuda*' 2>&1 | tee "$OUT/tests.log" | tail -40
 fi
 if want sanitize; then
-  echo "== compute-sanitizer memcheck / racecheck on the CUDA tests"
-  for tool in memcheck racecheck; do extra=""; [ $tool = memcheck ] && extra="--report-api-errors no";
+  echo "== compute-sanitizer memcheck / racecheck / initcheck on the CUDA tests"
+  # initcheck: a kernel that reads device memory nothing wrote (the CUDA twin of the CPU poison check).
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck}; do extra=""; [ $tool = memcheck ] && extra="--report-api-errors no";
     t timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool $extra --error-exitcode 9 build/tests/halfgrad_tests -sf='*cuda*' > "$OUT/sanitizer_$tool.log" 2>&1
-    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid" "$OUT/sanitizer_$tool.log" | sort | uniq -c | head -8
+    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|Uninitialized" "$OUT/sanitizer_$tool.log" | sort | uniq -c | head -8
   done
 fi
 if want gemm; then
