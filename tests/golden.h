@@ -12,7 +12,9 @@
 //
 // Conventions: data is flat row-major (NCDHW); shape [] is a 0-d tensor; "y" is the differentiated
 // output and the input "gy" its cotangent, so grads[name] is what y.backward(gy) leaves in name.grad.
-// float32 numbers are written so that decimal -> double -> float gives the float32 back exactly.
+// float32 numbers are written so that decimal -> double -> float gives the float32 back exactly;
+// a non-finite float32 is the string "nan", "inf" or "-inf" (tests/golden/nonfinite.json, written by
+// tools/golden/make_nonfinite_golden.py).
 // Cases named "..._f64" were computed in float64 from the same (float32-exact) inputs, which are
 // stored as float32: load them with `c.input("x", kFloat64)`.
 //
@@ -28,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -93,9 +96,20 @@ inline Tensor golden_tensor(const nlohmann::json& t, std::optional<Dtype> as = s
   if (file == kFloat32) {
     // Each number parses to the double nearest its decimal; the cast to float gives the float32
     // value PyTorch had exactly (make_golden.py checks this for every number it writes).
+    // nonfinite.json writes the values JSON has no number for as "nan", "inf" and "-inf".
     std::vector<float> v;
     v.reserve(data.size());
-    for (const auto& x : data) v.push_back(static_cast<float>(x.get<double>()));
+    for (const auto& x : data) {
+      if (!x.is_string()) {
+        v.push_back(static_cast<float>(x.get<double>()));
+        continue;
+      }
+      const std::string s = x.get<std::string>();
+      if (s == "nan") v.push_back(std::numeric_limits<float>::quiet_NaN());
+      else if (s == "inf") v.push_back(std::numeric_limits<float>::infinity());
+      else if (s == "-inf") v.push_back(-std::numeric_limits<float>::infinity());
+      else throw std::runtime_error("golden: \"" + s + "\" is not a number (expected a number, \"nan\", \"inf\" or \"-inf\")");
+    }
     return Tensor::from_vector(v, shape, want);
   }
   return Tensor::from_vector(data.get<std::vector<double>>(), shape, want);

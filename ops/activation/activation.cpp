@@ -2,8 +2,8 @@
 //
 // relu / leaky_relu run in the input's dtype (they are on no autocast list): one vectorised loop in
 // float (Float32, Float16 via an FP32 copy, the result rounded to half once; relu is exact in half)
-// or double (Float64), parallel over elements. relu saves its output (y > 0 exactly where x > 0), as
-// PyTorch's threshold_backward does; leaky_relu saves its input.
+// or double (Float64), parallel over elements. relu saves its output (y > 0 exactly where x > 0, and y
+// is NaN where x is), as PyTorch's threshold_backward does; leaky_relu saves its input.
 // cat moves bytes: the output is the outer-index-major interleave of the inputs' contiguous blocks
 // (one memcpy per (outer index, input)), parallel over those copies; its backward slices dy the same
 // way. Under autocast it promotes: every input is cast (differentiably) to the widest input dtype.
@@ -58,7 +58,9 @@ Tensor masked_grad(const Tensor& gy, const Tensor& saved, F f) {
 Tensor relu(const Tensor& x) {
   NvtxRange nvtx_range("relu");
   check_floating_tensor("relu", "input", x);
-  // `v < 0 ? 0 : v` keeps NaN (as torch.relu does); the gradient is 0 at x == 0 (as PyTorch).
+  // `v < 0 ? 0 : v` keeps NaN (as torch.relu does). The backward is PyTorch's threshold_backward on
+  // the output, dx = y <= 0 ? 0 : dy: 0 at x <= 0 (also for an infinite or NaN dy there), and dy
+  // where y is NaN (NaN <= 0 is false), so a NaN input passes its gradient on as in PyTorch.
 #ifdef HALFGRAD_CUDA
   if (x.is_cuda()) {
     Tensor y = cuda::leaky_relu_forward("relu", x, 0.0);
@@ -74,7 +76,7 @@ Tensor relu(const Tensor& x) {
   return autograd::record("relu", y, {x}, [y = y.detach()](const Tensor& gy) -> std::vector<Tensor> {
     return {dispatch_compute(y.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return masked_grad<T>(gy, y, [](T g, T v) { return v > T(0) ? g : T(0); });
+      return masked_grad<T>(gy, y, [](T g, T v) { return v <= T(0) ? T(0) : g; });
     })};
   });
 }

@@ -1,7 +1,8 @@
 // activation_cuda.cu - relu / leaky_relu and cat on CUDA (launchers declared in activation_cuda.h).
 //
 // Math: leaky_relu  y = x > 0 ? x : slope * x            dx = dy * (x > 0 ? 1 : slope)
-//       relu        y = x < 0 ? 0 : x (NaN kept)         dx = dy * (y > 0)          (saves y)
+//       relu        y = x < 0 ? 0 : x (NaN kept)         dx = y <= 0 ? 0 : dy       (saves y)
+//       (PyTorch's threshold_backward: a NaN y passes dy on, an infinite dy at y <= 0 gives 0)
 //       cat         whole = the parts side by side along one dim; backward slices dy the same way.
 // Shapes and layout: activations are format-agnostic: the flat loop runs over the physical buffer,
 // so NCDHW and NDHWC tensors are served alike and the output keeps the input's format. cat works on
@@ -30,11 +31,15 @@ struct LeakyReluFn {
   float slope;
   __device__ float operator()(float v) const { return v > 0.f ? v : v * slope; }
 };
-// (dy, saved) -> dx; slope 0 is relu's backward, whose masked gradient is exactly 0 even for an
-// infinite dy (as the CPU op and PyTorch's threshold_backward: 0 * inf would be NaN).
+// (dy, saved) -> dx. leaky_relu (saved x): x > 0 ? dy : dy * slope, as leaky_relu_backward (a NaN x
+// takes the slope branch). Slope 0 is relu's backward on the saved y, threshold_backward's
+// y <= 0 ? 0 : dy: exactly 0 even for an infinite dy (0 * inf would be NaN), and dy where y is NaN.
 struct LeakyReluGradFn {
   float slope;
-  __device__ float operator()(float g, float s) const { return s > 0.f ? g : (slope == 0.f ? 0.f : g * slope); }
+  __device__ float operator()(float g, float s) const {
+    if (slope == 0.f) return s <= 0.f ? 0.f : g;
+    return s > 0.f ? g : g * slope;
+  }
 };
 
 

@@ -296,6 +296,9 @@ Tensor pow(const Tensor& x, double p) {
     return unary_map(x, dt, [p](T v) { return static_cast<T>(std::pow(v, static_cast<T>(p))); });
   });
   return autograd::record("pow", y, {x}, [x = x.detach(), p, dt](const Tensor& gy) -> std::vector<Tensor> {
+    // x^0 is constant: dx = 0 exactly, even where p * x^(p-1) = 0 * inf (x = 0) or dy is NaN/inf, as
+    // PyTorch's pow_backward (which returns zeros for exponent 0).
+    if (p == 0.0) return {Tensor::zeros(x.shape(), x.dtype(), x.device(), x.memory_format())};
     Tensor d;
 #ifdef HALFGRAD_CUDA
     if (x.is_cuda()) d = cuda::unary("pow", x, dt, {cuda::UnaryOp::PowGrad, 1.0, 0.0, p});

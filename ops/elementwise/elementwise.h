@@ -25,7 +25,7 @@ Tensor neg(const Tensor& x);
 /// Elementwise exp / log, on autocast's FP32 list. dx = dy * y  /  dx = dy / x.
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
-/// x^p for a scalar exponent (FP32 list). dx = dy * p * x^(p-1).
+/// x^p for a scalar exponent (FP32 list). dx = dy * p * x^(p-1); for p = 0, dx = 0 (PyTorch's pow_backward).
 Tensor pow(const Tensor& x, double p);
 
 /// The shape two shapes broadcast to; throws naming `op` and both shapes if they do not.

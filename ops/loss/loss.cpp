@@ -270,7 +270,9 @@ Tensor fused_loss(const LossSpec& spec, amp::OpKind kind, const Tensor& logits, 
   for (int64_t t = 0; t < T_; ++t)
     for (int64_t k = 0; k < 1 + 3 * C; ++k) tot[k] += part.slot(t)[k];
   const double M = static_cast<double>(g.N * S);
-  double L = spec.w_ce * tot[0] / M;
+  // The CE term only when it is asked for: 0 * CE would turn a +inf CE (a -inf logit at the target
+  // class, which Dice alone takes as probability 0) into a NaN Dice loss.
+  double L = spec.w_ce != 0 ? spec.w_ce * tot[0] / M : 0.0;
   std::vector<double> a(C, 0.0), b(C, 0.0);
   if (dice) {
     double ratio = 0;

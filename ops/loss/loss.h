@@ -10,6 +10,9 @@
 // segmentation_loss = cross_entropy + soft_dice_loss (the reference U-Net's loss).
 // Device: CPU, or CUDA logits (NCDHW or NDHWC) with a CUDA target; the loss is a 0-d tensor on logits'
 // device, dlogits keeps their memory format.
+// Non-finite logits as PyTorch: a NaN, or a +inf, at a position makes CE NaN (and Dice NaN, since
+// its sums pool every position), with dlogits NaN at that position for CE and everywhere for Dice; a
+// -inf at a non-target class is probability 0 (finite loss); a -inf at the target class makes CE +inf.
 // Errors: logits not (N, C, ...), target shape not logits' without C, target not int64, a target
 // value outside [0, C) (names the value and its position).
 #pragma once

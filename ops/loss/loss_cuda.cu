@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if (threadIdx.x == 0) {
-    double L = w_ce * ce[0] / M;
+    double L = w_ce != 0 ? w_ce * ce[0] / M : 0.0;  // not 0 * CE: a +inf CE would make Dice alone NaN
     if (dice) L += w_dice * (1.0 - ratio / C);
     loss[0] = from_float<T>(static_cast<float>(L));
   }

@@ -6,14 +6,22 @@
 //   instance_norm  group = chunk (n, c),           M = S values
 // Both are the same three passes, which differ only in how chunks map to groups:
 //   forward   1. per piece: sum (x - K) and sum (x - K)^2 in FP64, K = the group's first value (a
-//                shift that keeps the one-pass variance free of cancellation when |mean| >> std)
+//                shift that keeps the one-pass variance free of cancellation when |mean| >> std), or
+//                0 when that value is inf or NaN (x - inf would turn a +inf among finite values into
+//                a NaN mean, where PyTorch's sum / M gives +inf)
 //             2. per group: mean, var, invstd = 1/sqrt(var + eps)       (a few hundred numbers)
+// Non-finite values propagate as in PyTorch (its CPU kernel: mean = sum / M, then the two-pass
+// var = sum (x - mean)^2 / M): a NaN in a group makes its mean, var, y and running stats NaN; a +inf
+// (-inf) among finite values makes the mean +inf (-inf) and the var NaN (here s2/M - m^2 = inf - inf),
+// so y is NaN for the whole group and running_mean becomes +-inf, running_var NaN. The clamp of the
+// one-pass variance at 0 (rounding can leave it slightly negative) is written so that it keeps a NaN.
 //             3. per piece: y = (x - mean) * (w*invstd) + b
 //   backward  1. per piece: sum dy and sum dy*(x - mean) in FP64
 //             2. per group: dbias_c += sum dy, dweight_c += invstd * sum dy*(x - mean)
 //             3. per piece: dx = A*dy + B*(x - mean) + C0 with, per group,
 //                A = w*invstd, B = -A*invstd*mean(dy*xhat), C0 = -A*mean(dy)   (training)
-//                A = w*invstd, B = C0 = 0                                      (evaluation)
+//                dx = A*dy, A = w*invstd                                       (evaluation: x's
+//                values, even NaN ones, and the running mean do not reach dx, as in PyTorch)
 // Parallel mapping: every pass runs over "pieces" (at most kPiece values of one chunk), split among
 // the OpenMP threads; the per-piece FP64 partial sums are combined serially in piece order, so the
 // result does not depend on the thread count. Saved for backward: x itself and mean/invstd per group
@@ -83,6 +91,14 @@ void check_channel_param(const char* op, const char* what, const Tensor& t, cons
               << " has " << x.shape()[1] << " channels; expected [" << x.shape()[1] << "]");
 }
 
+// The shift K of a group whose first value is v: v itself, or 0 when v is inf or NaN (so that an inf
+// yields an inf mean, not inf - inf = NaN; a NaN propagates through the sums either way).
+inline double norm_shift(double v) { return std::isfinite(v) ? v : 0.0; }
+
+// The one-pass biased variance s2/M - m^2, clamped at 0 against rounding; a NaN stays NaN
+// (std::max(0.0, NaN) would return 0 and hide it).
+inline double clamp_variance(double v) { return v < 0.0 ? 0.0 : v; }
+
 // Pass 1 of the forward: per-group mean and biased variance, FP64.
 template <typename T>
 void group_moments(const T* x, const NormGeometry& geo, std::vector<double>& mean, std::vector<double>& var) {
@@ -90,7 +106,7 @@ void group_moments(const T* x, const NormGeometry& geo, std::vector<double>& mea
   std::vector<double> s1(P), s2(P);
 #pragma omp parallel for schedule(static) if (P > 1 && parallel_worth(geo.N * geo.C * geo.S))
   for (int64_t j = 0; j < P; ++j) {
-    const double K = static_cast<double>(x[geo.first_of_group(geo.group_of_chunk(geo.chunk_of(j)))]);
+    const double K = norm_shift(static_cast<double>(x[geo.first_of_group(geo.group_of_chunk(geo.chunk_of(j)))]));
     const T* p = x + geo.begin_of(j);
     const int64_t n = geo.len_of(j);
     double a = 0, b = 0;
@@ -113,10 +129,10 @@ void group_moments(const T* x, const NormGeometry& geo, std::vector<double>& mea
   mean.assign(G, 0.0);
   var.assign(G, 0.0);
   for (int64_t g = 0; g < G; ++g) {
-    const double K = static_cast<double>(x[geo.first_of_group(g)]);
+    const double K = norm_shift(static_cast<double>(x[geo.first_of_group(g)]));
     const double m = t1[g] / M;  // mean of (x - K)
     mean[g] = K + m;
-    var[g] = std::max(0.0, t2[g] / M - m * m);
+    var[g] = clamp_variance(t2[g] / M - m * m);
   }
 }
 
@@ -198,7 +214,7 @@ std::vector<Tensor> norm_backward(const NormBackward& nb, const Tensor& x, const
       C0[g] = nb.training ? -A[g] * sdy[g] / M : 0.0;
     }
     if (!nb.need_x) return;
-    // 3. dx = A*dy + B*(x - mean) + C0
+    // 3. dx = A*dy + B*(x - mean) + C0 (training), A*dy (evaluation)
     dx = Tensor::empty(x.shape(), compute_dtype(nb.x_dtype));
     T* pd = dx.data<T>();
 #pragma omp parallel for schedule(static) if (P > 1 && parallel_worth(geo.N * geo.C * geo.S))
@@ -210,8 +226,13 @@ std::vector<Tensor> norm_backward(const NormBackward& nb, const Tensor& x, const
       const T* p = px + off;
       const T* d = pg + off;
       T* q = pd + off;
+      if (nb.training) {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) q[i] = a * d[i] + b * (p[i] - m) + c0;
+        for (int64_t i = 0; i < n; ++i) q[i] = a * d[i] + b * (p[i] - m) + c0;
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) q[i] = a * d[i];
+      }
     }
   });
   std::vector<Tensor> grads(3);

@@ -12,6 +12,10 @@
 // CUDA running stats must be float32 CUDA tensors and are updated on the device).
 // weight/bias (C) may be undefined (no affine). running_mean/var (C) float32, updated in place
 // (not on the tape) when training and defined.
+// Non-finite inputs as PyTorch: a NaN in a group makes its mean, var, y (the whole group), dx and
+// dweight NaN (dbias = sum dy stays finite); a +-inf among finite values gives mean +-inf and var NaN,
+// so y is NaN over the group, running_mean +-inf and running_var NaN. Evaluation with a NaN running
+// stat gives NaN over the channel.
 // Errors: x with fewer than 2 dims, C mismatching weight/bias/running stats, training with one value
 // per channel (PyTorch's "Expected more than 1 value per channel when training").
 #pragma once

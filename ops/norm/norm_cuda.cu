@@ -3,15 +3,16 @@
 // Math (a "group" g shares one mean and variance: channel c for batch_norm, M = N*S values; (n, c) for
 // instance_norm, M = S values; S = prod(spatial)):
 //   forward   K = the group's first value (a shift: the one-pass variance then has no cancellation when
-//             |mean| >> std), s1 = sum (x - K), s2 = sum (x - K)^2,
-//             mean = K + s1/M, var = max(0, s2/M - (s1/M)^2) (biased), invstd = 1/sqrt(var + eps)
+//             |mean| >> std), or 0 when it is inf or NaN; s1 = sum (x - K), s2 = sum (x - K)^2,
+//             mean = K + s1/M, var = s2/M - (s1/M)^2 clamped at 0 keeping NaN (biased),
+//             invstd = 1/sqrt(var + eps)
 //             (evaluation: mean, var = running_mean, running_var),
 //             y = (x - mean) * (w * invstd) + b,
 //             batch_norm training: running_mean = (1-m) running_mean + m mean,
 //                                  running_var  = (1-m) running_var  + m var * M/(M-1)   (unbiased)
 //   backward  sdy = sum dy, sdyx = sum dy * (x - mean);  dbias_c = sum_g sdy, dweight_c = sum_g invstd*sdyx
 //             dx = A dy + B (x - mean) + C0,  A = w*invstd,
-//             B = -A invstd^2 sdyx / M, C0 = -A sdy / M  (training; B = C0 = 0 in evaluation)
+//             B = -A invstd^2 sdyx / M, C0 = -A sdy / M  (training; in evaluation dx = A dy alone)
 // Every op is the same three passes, reading x (and dy) twice and writing once:
 //   1. reduce   per block, FP32 sums per thread, combined in FP64 -> partials (FP64) in a buffer
 //   2. finalize one block per channel sums its groups' partials in a fixed order (FP64) and writes the
@@ -31,6 +32,8 @@
 //   Loads and stores are V-wide vectors (16 bytes: 8 halfs or 4 floats) when S (NCDHW) or C (NDHWC)
 //   is a multiple of V, else scalar (V = 1). Buffers come from the allocator 256-byte aligned.
 //   Per-channel tensors: weight, bias, running stats float32 [C]; saved (2, G), coef (4, G) float32.
+// Non-finite values propagate as in PyTorch and as norm.cpp: a NaN makes its group's mean, var, y and
+// running stats NaN; an inf among finite values gives mean +-inf and var NaN (inf - inf).
 // Precision: x, dy, y, dx float or half (loaded as half, math in FP32, rounded once). Each thread sums
 // at most 64 (NCDHW) or kMaxTileIters (NDHWC) shifted values per channel in FP32; everything above
 // that (block, grid, group) is FP64, in a fixed order: results do not depend on timing.
@@ -97,6 +100,10 @@ struct NormGeo {
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// The shift K from the group's first value v: v, or 0 when v is inf or NaN (x - inf would make the
+// mean of {+inf, 5} NaN instead of +inf). The reduce and finalize kernels must agree on it.
+__device__ __forceinline__ float norm_shift(float v) { return isfinite(v) ? v : 0.f; }
+
 // FP64 sum of (a, b) over the block; the result is valid in thread 0. Every thread must call it.
 __device__ void block_sum2(double& a, double& b) {
   __shared__ double wa[kWarps], wb[kWarps];
@@ -132,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
                         double* __restrict__ part) {
   const int64_t chunk = blockIdx.x / g.P, p = blockIdx.x % g.P, c = chunk % g.C;
   const int64_t grp = g.per_sample ? chunk : c;
-  const float shift = kGrad ? saved[grp] : to_float(x[grp * g.S]);  // chunk (0, c) starts at c*S
+  const float shift = kGrad ? saved[grp] : norm_shift(to_float(x[grp * g.S]));  // chunk (0, c) starts at c*S
   const int64_t begin = chunk * g.S + p * g.piece;
   const int64_t len = min64(g.piece, g.S - p * g.piece);
   float s1 = 0.f, s2 = 0.f;
@@ -186,7 +193,7 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       const Vec<T, V> kv = load_vec<T, V>(x + sample * g.rows * g.C + c0);
 #pragma unroll
-      for (int v = 0; v < V; ++v) shift[v] = to_float(kv.v[v]);
+      for (int v = 0; v < V; ++v) shift[v] = norm_shift(to_float(kv.v[v]));
     }
     const int64_t r_end = min64(g.rows, (t + 1) * g.tile_rows);
     const T* xs = x + sample * g.rows * g.C + c0;
@@ -267,10 +274,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t grp = g.per_sample ? n * g.C + c : c;
     double mean, var;
     if (part) {
-      const double K = to_float(x[g.first_offset(n, c)]);
+      const double K = norm_shift(to_float(x[g.first_offset(n, c)]));
       const double m1 = s1 / M;
       mean = K + m1;
-      var = fmax(0.0, s2 / M - m1 * m1);
+      var = s2 / M - m1 * m1;
+      if (var < 0.0) var = 0.0;  // rounding; not fmax(0.0, var), which turns a NaN into 0
       if (!g.per_sample && rm) rm[c] = static_cast<float>((1 - momentum) * rm[c] + momentum * mean);
       if (!g.per_sample && rv) rv[c] = static_cast<float>((1 - momentum) * rv[c] + momentum * var * M / (M - 1));
     } else {
@@ -318,11 +326,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- pass 3: apply  out = A dy + B (x - m) + C0  (kGrad false: no dy term) -------------------------
+// x_terms false (the backward in evaluation, B = C0 = 0): out = A dy alone, so that a NaN or inf in x
+// or in the running mean does not reach dx through 0 * (x - m) (PyTorch's dx = dy * w * invstd).
 
 template <typename T, int V, bool kGrad>
 __global__ void __launch_bounds__(kThreads)
     apply_ncdhw_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ coef, NormGeo g,
-                       T* __restrict__ out) {
+                       T* __restrict__ out, bool x_terms) {
   const int64_t chunk = blockIdx.x / g.P, p = blockIdx.x % g.P, c = chunk % g.C;
   const int64_t grp = g.per_sample ? chunk : c, G = g.groups();
   const float m = coef[grp], A = coef[G + grp], B = coef[2 * G + grp], C0 = coef[3 * G + grp];
@@ -335,7 +345,8 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (kGrad) {
       const Vec<T, V> dv = load_vec<T, V>(dy + begin + i);
 #pragma unroll
-      for (int v = 0; v < V; ++v) o.v[v] = from_float<T>(A * to_float(dv.v[v]) + B * (to_float(xv.v[v]) - m) + C0);
+      for (int v = 0; v < V; ++v)
+        o.v[v] = from_float<T>(x_terms ? A * to_float(dv.v[v]) + B * (to_float(xv.v[v]) - m) + C0 : A * to_float(dv.v[v]));
     } else {
 #pragma unroll
       for (int v = 0; v < V; ++v) o.v[v] = from_float<T>((to_float(xv.v[v]) - m) * B + C0);
@@ -347,7 +358,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int V, bool kGrad>
 __global__ void __launch_bounds__(kThreads)
     apply_ndhwc_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ coef, NormGeo g,
-                       T* __restrict__ out) {
+                       T* __restrict__ out, bool x_terms) {
   const int64_t sample = blockIdx.x / g.T, t = blockIdx.x % g.T;
   const int cvl = threadIdx.x % g.CVb, ro = threadIdx.x / g.CVb;
   const int64_t cv = int64_t(blockIdx.y) * g.CVb + cvl;
@@ -372,7 +383,8 @@ __global__ void __launch_bounds__(kThreads)
       const Vec<T, V> dv = load_vec<T, V>(dy + off);
 #pragma unroll
       for (int v = 0; v < V; ++v)
-        o.v[v] = from_float<T>(A[v] * to_float(dv.v[v]) + B[v] * (to_float(xv.v[v]) - m[v]) + C0[v]);
+        o.v[v] = from_float<T>(x_terms ? A[v] * to_float(dv.v[v]) + B[v] * (to_float(xv.v[v]) - m[v]) + C0[v]
+                                       : A[v] * to_float(dv.v[v]));
     } else {
 #pragma unroll
       for (int v = 0; v < V; ++v) o.v[v] = from_float<T>((to_float(xv.v[v]) - m[v]) * B[v] + C0[v]);
@@ -504,10 +516,10 @@ NormCudaForward norm_forward(const NormCudaArgs& a, const Tensor& x, const Tenso
     HG_CUDA_LAUNCH_CHECK(a.op);
     if (g.channels_last)
       apply_ndhwc_kernel<T, V, false><<<grid_of(g), kThreads, 0, stream()>>>(px, nullptr, coef.data<float>(), g,
-                                                                             dptr_mut<T>(r.y));
+                                                                             dptr_mut<T>(r.y), true);
     else
       apply_ncdhw_kernel<T, V, false><<<grid_of(g), kThreads, 0, stream()>>>(px, nullptr, coef.data<float>(), g,
-                                                                             dptr_mut<T>(r.y));
+                                                                             dptr_mut<T>(r.y), true);
     HG_CUDA_LAUNCH_CHECK(a.op);
   });
   return r;
@@ -561,10 +573,10 @@ NormCudaGrads norm_backward(const NormCudaArgs& a, const Tensor& x, const Tensor
     if (!need_x) return;
     if (g.channels_last)
       apply_ndhwc_kernel<T, V, true><<<grid_of(g), kThreads, 0, stream()>>>(px, pd, coef.data<float>(), g,
-                                                                            dptr_mut<T>(r.dx));
+                                                                            dptr_mut<T>(r.dx), a.batch_stats);
     else
       apply_ncdhw_kernel<T, V, true><<<grid_of(g), kThreads, 0, stream()>>>(px, pd, coef.data<float>(), g,
-                                                                            dptr_mut<T>(r.dx));
+                                                                            dptr_mut<T>(r.dx), a.batch_stats);
     HG_CUDA_LAUNCH_CHECK(a.op);
   });
   return r;

@@ -1,8 +1,9 @@
 // max_pool3d.cpp - 3-D max pooling on the CPU (math and shapes in max_pool3d.h).
 //
 // Forward keeps, for each output, the flat index (into its (n, c) plane's D*H*W) of the window's first
-// maximum, as PyTorch's return_indices; backward adds dy at those indices. A NaN in a window wins (the
-// first one), so NaNs propagate as in PyTorch. Parallel mapping: one (n, c) plane per loop iteration, so
+// maximum, as PyTorch's return_indices; backward adds dy at those indices. A NaN in a window wins, and
+// of several NaNs the last one in window order, as PyTorch's `val > maxval || isnan(val)` (CPU and
+// CUDA, 1.13 and 2.x), so the NaN propagates and its gradient goes where PyTorch sends it. Parallel mapping: one (n, c) plane per loop iteration, so
 // overlapping windows (stride < kernel) never make two threads write the same dx element.
 // Precision: FP16 inputs are compared in float (exact) and the maxima rounded back (also exact); the
 // backward's sums of overlapping windows are rounded to FP16 once.
@@ -25,10 +26,10 @@ namespace halfgrad::ops {
 
 namespace {
 
-// The window's running maximum: v replaces it if larger, or if v is the window's first NaN.
+// The window's running maximum: v replaces it if larger, or if v is a NaN (so the last NaN wins).
 template <typename T>
 inline void take(T v, int64_t i, T& best, int64_t& best_i) {
-  if (v > best || (v != v && best == best)) {
+  if (v > best || v != v) {
     best = v;
     best_i = i;
   }

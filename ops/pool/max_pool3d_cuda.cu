@@ -1,8 +1,8 @@
 // max_pool3d_cuda.cu - 3-D max pooling on the GPU (the op and its autograd: max_pool3d.cpp).
 //
 // Math: y[n, c, z, y, x] = max over the k^3 window at (z*s, y*s, x*s) of x[n, c, ...]; argmax = the
-// plane index d*H*W + h*W + w of the first maximum in (i, j, l) window order (a NaN wins: the first
-// one); dx[n, c, d, h, w] = sum of dy over the outputs whose argmax is (d, h, w) (overlapping windows,
+// plane index d*H*W + h*W + w of the first maximum in (i, j, l) window order (a NaN wins: the last
+// one, as PyTorch's `val > max || isnan(val)`); dx[n, c, d, h, w] = sum of dy over the outputs whose argmax is (d, h, w) (overlapping windows,
 // stride < kernel, can give several; positions no window covers get 0).
 // Shapes and layouts: x, dx (N, C, D, H, W); y, dy, argmax (N, C, Do, Ho, Wo); all in x's memory
 // format, argmax in y's, int32.
@@ -57,9 +57,9 @@ struct PoolGeo {
   __device__ int out_vol() const { return Do * Ho * Wo; }
 };
 
-// The window's running maximum: v replaces it if larger, or if v is the window's first NaN.
+// The window's running maximum: v replaces it if larger, or if v is a NaN (so the last NaN wins).
 __device__ __forceinline__ void take(float v, int i, float& best, int& best_i) {
-  if (v > best || (v != v && best == best)) {
+  if (v > best || v != v) {
     best = v;
     best_i = i;
   }
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t step = kChannelsLast ? g.C : 1;
     const int s0 = (int(p.z) * s * H + int(p.y) * s) * W + int(p.x) * s;
     // Starting from -inf visits the window like the CPU op, which starts from its first element:
-    // that element wins either way unless a later one is larger or it is not a NaN and a later one is.
+    // that element wins either way unless a later one is larger or a later one is a NaN.
     float best[V];
     int best_i[V];
 #pragma unroll

@@ -190,8 +190,10 @@ Tensor argmax(const Tensor& x, int64_t dim) {
       for (int64_t i = 0; i < inner; ++i) {
         const T* base = p + o * n * inner + i;
         int64_t best = 0;
-        for (int64_t c = 1; c < n; ++c)
-          if (base[c * inner] > base[best * inner]) best = c;
+        for (int64_t c = 1; c < n; ++c) {
+          const T v = base[c * inner], b = base[best * inner];
+          if (v > b || (v != v && b == b)) best = c;  // the first NaN wins, as torch.argmax
+        }
         py[o * inner + i] = best;
       }
   });

@@ -18,6 +18,7 @@ Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
 
 /// Index of the largest value along `dim` (first on ties), int64, dim removed. Not differentiable.
+/// NaN counts as larger than everything: a slice holding NaN gives its first NaN (torch.argmax).
 Tensor argmax(const Tensor& x, int64_t dim);
 
 }  // namespace halfgrad::ops

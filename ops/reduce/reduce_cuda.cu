@@ -2,7 +2,8 @@
 //
 // Math: y[o] = scale * sum_{r} x[o, r] over the reduced dims (sum: scale 1, mean: 1 / count);
 //       backward (in reduce.cpp): dx = scale * broadcast(dy), elementwise_cuda.h's broadcast_scaled.
-//       argmax: y[o] = the first c maximising x[o, c, i] along one dim (no backward).
+//       argmax: y[o] = the first c maximising x[o, c, i] along one dim, NaN above every number (the
+//               first NaN, as torch.argmax); no backward.
 // Shapes and layout: x is any rank, NCDHW or NDHWC, read in place with its physical strides; y has
 // x's logical keepdim shape, contiguous. The dims are walked in x's physical order (outermost first)
 // and split into kept dims (-> output index o, O of them) and reduced dims (-> r, R of them); size-1
@@ -133,7 +134,8 @@ __global__ void argmax_kernel(const T* __restrict__ x, int64_t* __restrict__ y, 
     float best_v = to_float(base[0]);
     for (int64_t c = 1; c < p.n; ++c) {
       const float v = to_float(base[c * p.step]);
-      if (v > best_v) {  // strict: the first maximum wins, and NaN never replaces (as the CPU op)
+      // strict: the first maximum wins; a NaN beats any number and the first NaN stays (torch.argmax)
+      if (v > best_v || (v != v && best_v == best_v)) {
         best = c;
         best_v = v;
       }

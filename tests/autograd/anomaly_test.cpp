@@ -9,7 +9,10 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "ops/conv/conv3d.h"
+#include "ops/activation/activation.h"
 #include "ops/elementwise/elementwise.h"
+#include "ops/norm/norm.h"
+#include "ops/pool/max_pool3d.h"
 #include "ops/reduce/reduce.h"
 
 using namespace halfgrad;
@@ -151,4 +154,44 @@ TEST_CASE("autograd: forward hooks see every op, recorded or not, and not ops ru
   autograd::remove_forward_hook(id);
   (void)ops::exp(x);
   CHECK(seen == std::vector<std::string>{"log", "mul"});
+}
+
+// The U-Net's block order, conv3d -> batch_norm -> relu -> max_pool3d -> sum, with the NaN born in the
+// batch_norm: output channel 1 of the conv has a zero weight, so it is constant (its bias), and eps 0
+// makes its invstd 1/sqrt(0) = inf and (x - mean) * inf = 0 * inf = NaN (PyTorch gives the same NaN).
+// relu and max_pool3d pass the NaN on; the error must name batch_norm, where it appeared.
+TEST_CASE("anomaly: NaN first made by batch_norm float32 (1,2,4,4,4) eps 0 in a conv/bn/relu/pool chain names batch_norm") {
+  Generator gen(3);
+  Tensor x = Tensor::randn({1, 1, 4, 4, 4}, gen);
+  Tensor w = Tensor::randn({2, 1, 3, 3, 3}, gen, kFloat32, 0.3);
+  for (int64_t i = 27; i < 54; ++i) w.data<float>()[i] = 0.0f;  // output channel 1
+  w.set_requires_grad(true);
+  const Tensor b = Tensor::from_vector(std::vector<float>{0.1f, 0.2f}, {2});
+  DetectAnomalyGuard anomaly;
+  Tensor h = ops::conv3d(x, w, b, ops::Conv3dParams().padding(1));  // finite: no error here
+  const std::string msg = error_of([&] {
+    Tensor y = ops::batch_norm(h, Tensor(), Tensor(), Tensor(), Tensor(), ops::BatchNormParams().eps(0.0));
+    ops::sum(ops::max_pool3d(ops::relu(y), 2, 2)).backward();
+  });
+  CHECK(contains(msg, "anomaly mode: forward of batch_norm produced NaN in its output float32 [1, 2, 4, 4, 4]"));
+  CHECK(contains(msg, "64 NaN"));  // channel 1 only
+  CHECK(contains(msg, "Every input is finite, so batch_norm made the first non-finite value"));
+  CHECK(!contains(msg, "relu"));
+  CHECK(!contains(msg, "max_pool3d"));
+}
+
+// A backward whose first non-finite gradient is made by batch_norm: the seed 1e37 passes sum and relu
+// finite, and batch_norm's dx = w * invstd * (dy - ...) with invstd ~ 100 (std ~ 0.01) overflows float32.
+TEST_CASE("anomaly: backward of batch_norm float32 (1,2,2,2,2) overflowing dx names batch_norm input 0, not sum or relu") {
+  std::vector<float> v(16);
+  for (int i = 0; i < 16; ++i) v[i] = 0.01f * static_cast<float>((i * 7) % 5 - 2);
+  Tensor x = Tensor::from_vector(v, {1, 2, 2, 2, 2}).set_requires_grad(true);
+  DetectAnomalyGuard anomaly;
+  Tensor loss = ops::sum(ops::relu(ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor())));
+  const std::string msg = error_of([&] { loss.backward(Tensor::scalar(1e37, kFloat32)); });
+  CHECK(contains(msg, "anomaly mode: backward of batch_norm produced"));
+  CHECK(contains(msg, "in input 0 (input): float32 [1, 2, 2, 2, 2]"));
+  CHECK(contains(msg, "from the finite incoming gradient float32 [1, 2, 2, 2, 2]"));
+  CHECK(!contains(msg, "backward of relu"));
+  CHECK(!contains(msg, "backward of sum"));
 }

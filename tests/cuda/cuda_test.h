@@ -16,22 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/runtime.h"
 #include "core/tensor.h"
+#include "tests/cuda/cuda_test_case.h"
 
 namespace halfgrad::testing {
-
-/// True where CUDA tests can run; otherwise prints "skipped: <name>: ..." once per case.
-inline bool cuda_test_enabled(const char* name) {
-  const bool ok = cuda::is_available();
-  if (!ok) std::cout << "skipped: " << name << ": " << cuda::device_description() << "\n";
-  return ok;
-}
-
-/// A CUDA copy of `t` in `format` whose values are the same; also used to upload test inputs.
-inline Tensor to_cuda(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous) {
-  return t.copy_to(Device::CUDA).format_copy(t.dim() == 5 ? format : MemoryFormat::Contiguous);
-}
 
 /// Fresh random inputs for every check (never zeros): N(0, 1) seeded by the case.
 inline Tensor random_tensor(const Shape& s, uint64_t seed, Dtype dt = kFloat32, double std = 1.0) {
@@ -40,6 +28,11 @@ inline Tensor random_tensor(const Shape& s, uint64_t seed, Dtype dt = kFloat32, 
 }
 
 /// Elementwise |got - want| <= atol + rtol * |want|; reports the worst element. NaN never passes.
+/// In an unnamed namespace (a copy per test file): tests/golden.h declares a check_close with the same
+/// parameter types (atol and rtol the other way round, NaN matching NaN), and two inline functions of
+/// one name and signature in one binary are an ODR violation: the linker kept one of them for every
+/// call it had not inlined, so a CPU golden test could run this comparison, or a CUDA test that one.
+namespace {
 inline void check_close(const Tensor& got, const Tensor& want, double rtol, double atol, const std::string& what) {
   REQUIRE_MESSAGE(got.shape() == want.shape(), what << ": shape " << shape_str(got.shape()) << " vs " << shape_str(want.shape()));
   const std::vector<double> g = got.to_double_vector(), w = want.to_double_vector();
@@ -59,13 +52,9 @@ inline void check_close(const Tensor& got, const Tensor& want, double rtol, doub
                                << (worst >= 0 ? w[worst] : 0));
 }
 
+}  // namespace
+
 /// Tolerances of one FP rounding per output for each dtype (see the header comment).
 inline double rtol_for(Dtype d) { return d == kFloat16 ? 2e-3 : d == kFloat32 ? 1e-5 : 1e-12; }
 
 }  // namespace halfgrad::testing
-
-#define HG_CUDA_CAT_(a, b) a##b
-#define HG_CUDA_CAT(a, b) HG_CUDA_CAT_(a, b)
-/// A doctest case that runs only with a CUDA device, reported as skipped (and named on stdout) without.
-#define CUDA_TEST_CASE(name) \
-  TEST_CASE(name * doctest::skip(!::halfgrad::testing::cuda_test_enabled(name)))
