@@ -345,6 +345,7 @@ int run_eval(const EvalArgs& a) {
   Recipe r = recipe_by_name(m["recipe"].as_string());
   r.model = nn::UNet3dOptions::from_json(m["model"]);
   const json_checked::Field shape = m["volume_shape"];
+  shape.require_array("an array [D, H, W]");
   if (shape.size() != 3) shape.fail("has " + std::to_string(shape.size()) + " elements; expected [D, H, W]");
   for (size_t d = 0; d < 3; ++d) r.volume_shape[d] = shape[d].as_int(1, 4096);
   const Placement where = make_placement(a.device, "ndhwc", "eval");

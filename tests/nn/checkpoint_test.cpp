@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/json_checked.h"
+#include "fuzz/tiny_module.h"
 #include "tests/check_error.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
@@ -321,4 +322,39 @@ TEST_CASE("nn: checkpoint metadata that is not valid JSON is an Error with a bou
   testing::check_error([&] { nn::read_checkpoint_metadata(path); }, {path, "not valid JSON", "\\xff"});
   craft_checkpoint(path, "[1e99999]");  // beyond double's range
   testing::check_error([&] { nn::read_checkpoint_metadata(path); }, {path, "not valid JSON"});
+}
+
+TEST_CASE("nn: checkpoint fuzz seeds load (TinyModule, width-2 U-Net rebuilt from its metadata); findings end in an Error") {
+  const std::string dir = HALFGRAD_SOURCE_DIR "/fuzz/corpus/checkpoint/";
+  fuzz::TinyModule tiny;
+  nn::load_checkpoint(dir + "tiny_module.ckpt", tiny);
+  const nlohmann::json meta = nn::read_checkpoint_metadata(dir + "unet_width2.ckpt");
+  const nn::UNet3dOptions o = nn::UNet3dOptions::from_json(json_checked::Field(meta, "unet_width2.ckpt")["model"]);
+  CHECK(o.channels() == std::vector<int64_t>{2});
+  nn::UNet3d unet(o);
+  nn::load_checkpoint(dir + "unet_width2.ckpt", unet);
+  // Inputs a fuzzer crashed on, replayed as checkpoint_fuzz does (last 8 bytes = the checksum).
+  std::error_code ec;
+  const fs::path findings = HALFGRAD_SOURCE_DIR "/tests/data/fuzz/checkpoint_fuzz";
+  if (!fs::is_directory(findings, ec)) return;
+  TempDir tmp;
+  for (const auto& e : fs::directory_iterator(findings)) {
+    CAPTURE(e.path().string());
+    std::vector<char> b = read_all(e.path().string());
+    if (b.size() >= 8) {
+      const uint64_t sum = nn::checkpoint_checksum(b.data(), b.size() - 8);
+      std::memcpy(b.data() + b.size() - 8, &sum, 8);
+    }
+    write_all(tmp.file("finding.bin"), b);
+    try {
+      const nlohmann::json m = nn::read_checkpoint_metadata(tmp.file("finding.bin"));
+      if (m.is_object() && m.contains("model")) nn::UNet3dOptions::from_json(json_checked::Field(m, "f")["model"]);
+    } catch (const Error&) {
+    }
+    try {
+      fuzz::TinyModule t;
+      nn::load_checkpoint(tmp.file("finding.bin"), t);
+    } catch (const Error&) {
+    }
+  }
 }
