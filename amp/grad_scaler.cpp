@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <iostream>
 
 #include "autograd/node.h"
 #include "core/error.h"
+#include "core/json_checked.h"
 #include "ops/elementwise/elementwise.h"
 #ifdef HALFGRAD_CUDA
 #include "amp/grad_scaler_cuda.h"
@@ -259,17 +261,28 @@ void GradScaler::load_state_dict(const nlohmann::json& sd) {
   if (!enabled_) return;
   HG_CHECK(sd.is_object() && !sd.empty(), "GradScaler::load_state_dict: The source state dict is empty, possibly "
                                           "because it was saved from a disabled instance of GradScaler.");
-  init_scale_ = sd.at("scale").get<double>();
-  if (scale_) scale_ = static_cast<float>(init_scale_);
-  growth_factor_ = sd.at("growth_factor").get<double>();
-  backoff_factor_ = sd.at("backoff_factor").get<double>();
-  growth_interval_ = sd.at("growth_interval").get<int64_t>();
-  init_growth_tracker_ = sd.at("_growth_tracker").get<int32_t>();
-  if (growth_tracker_) growth_tracker_ = init_growth_tracker_;
+  // Every field parsed and type-checked (json_checked::Field names a bad one) before any is set.
+  const json_checked::Field f(sd, "GradScaler::load_state_dict");
+  const double scale = f["scale"].as_number();
+  const double growth_factor = f["growth_factor"].as_number();
+  const double backoff_factor = f["backoff_factor"].as_number();
+  const int64_t growth_interval = f["growth_interval"].as_int();
+  const auto growth_tracker = static_cast<int32_t>(f["_growth_tracker"].as_int(0, std::numeric_limits<int32_t>::max()));
   // halfgrad's keys, absent from PyTorch's dicts: keep the constructed values then.
-  if (sd.contains("max_scale")) max_scale_ = sd.at("max_scale").get<double>();
-  if (sd.contains("skip_warning_after")) skip_warning_after_ = sd.at("skip_warning_after").get<int64_t>();
-  if (sd.contains("_consecutive_skipped")) consecutive_skipped_ = sd.at("_consecutive_skipped").get<int64_t>();
+  const double max_scale = f.has("max_scale") ? f["max_scale"].as_number() : max_scale_;
+  const int64_t skip_warning_after = f.has("skip_warning_after") ? f["skip_warning_after"].as_int() : skip_warning_after_;
+  const int64_t consecutive_skipped =
+      f.has("_consecutive_skipped") ? f["_consecutive_skipped"].as_int(0, std::numeric_limits<int64_t>::max()) : consecutive_skipped_;
+  init_scale_ = scale;
+  if (scale_) scale_ = static_cast<float>(init_scale_);
+  growth_factor_ = growth_factor;
+  backoff_factor_ = backoff_factor;
+  growth_interval_ = growth_interval;
+  init_growth_tracker_ = growth_tracker;
+  if (growth_tracker_) growth_tracker_ = init_growth_tracker_;
+  max_scale_ = max_scale;
+  skip_warning_after_ = skip_warning_after;
+  consecutive_skipped_ = consecutive_skipped;
 }
 
 }  // namespace halfgrad::amp

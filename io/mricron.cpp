@@ -22,8 +22,22 @@ std::string require_file(const std::string& dir, const char* name) {
   return path;
 }
 
-// aal.nii.txt: "<value> <name> <code>" per line -> value -> lobe class.
+// A line of a text file for an error message: at most 80 bytes, printable ASCII, others as '?'.
+std::string excerpt(const std::string& line) {
+  std::string out = line.substr(0, 80);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  return line.size() > 80 ? out + "..." : out;
+}
+
+// aal.nii.txt: "<value> <name> <code>" per line -> value -> lobe class. The file is ~3 KB; more
+// than 1 MiB is refused before reading.
 std::map<int64_t, int64_t> read_aal_lobes(const std::string& path) {
+  constexpr uintmax_t kMaxBytes = uintmax_t{1} << 20;
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  HG_CHECK(!ec && size <= kMaxBytes, "load_mricron_atlas: " << path << " is " << (ec ? 0 : size)
+                                                            << " bytes; expected a region list of at most 1 MiB");
   std::ifstream in(path);
   HG_CHECK(in.good(), "load_mricron_atlas: " << path << ": cannot open for reading");
   std::map<int64_t, int64_t> lobes;
@@ -34,7 +48,7 @@ std::map<int64_t, int64_t> read_aal_lobes(const std::string& path) {
     int64_t value = 0, code = 0;
     std::string name;
     HG_CHECK(fields >> value >> name >> code, "load_mricron_atlas: " << path << ": line " << line_no << " reads \""
-                                                                     << line << "\"; expected \"<value> <name> <code>\"");
+                                                                     << excerpt(line) << "\"; expected \"<value> <name> <code>\"");
     lobes[value] = aal_code_to_lobe(code);
   }
   HG_CHECK(!lobes.empty(), "load_mricron_atlas: " << path << ": no regions; expected one line per AAL region");
@@ -122,7 +136,11 @@ AtlasSplit split_hemispheres(const BrainAtlas& atlas) {
                                                   << "); expected world x to grow with the x index alone");
   const int64_t W = atlas.image.data.size(2);
   // First index i with world x = a[0] * i + a[3] >= 0.
-  const auto split_x = static_cast<int64_t>(std::ceil(-a[3] / a[0]));
+  const double split_at = std::ceil(-a[3] / a[0]);
+  HG_CHECK(split_at > 0 && split_at < static_cast<double>(atlas.image.data.size(2)),
+           "split_hemispheres: world x = 0 falls at x index " << split_at << "; expected it inside (0, "
+                                                              << atlas.image.data.size(2) << ")");
+  const auto split_x = static_cast<int64_t>(split_at);
   HG_CHECK(split_x > 0 && split_x < W, "split_hemispheres: world x = 0 falls at x index " << split_x
                                                                                           << "; expected it inside (0, " << W << ")");
   const int64_t D = atlas.image.data.size(0), H = atlas.image.data.size(1);

@@ -4,27 +4,62 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include "core/error.h"
+#include "core/json_checked.h"
 
 namespace halfgrad::io {
 namespace {
 
 namespace fs = std::filesystem;
+using json_checked::Field;
 using nlohmann::json;
 
-// "./imagesTr/x.nii.gz" -> "<root>/imagesTr/x.nii.gz"
-std::string resolve(const std::string& root, const std::string& entry) {
-  return (fs::path(root) / fs::path(entry)).lexically_normal().string();
+// The limits checked before dataset.json is parsed (msd.h).
+constexpr size_t kMaxDatasetJsonBytes = size_t{64} << 20;
+constexpr int kMaxDatasetJsonDepth = 32;
+
+// The entry as a path relative to the root, lexically normal ("./imagesTr/x.nii.gz" and
+// "imagesTr//x.nii.gz" -> "imagesTr/x.nii.gz"), or an Error when it is absolute or leaves the root.
+std::string relative_entry(const Field& f) {
+  const std::string entry = f.as_string();
+  if (entry.empty()) f.fail("is an empty path; expected a file such as \"./imagesTr/x.nii.gz\"");
+  for (unsigned char c : entry)  // a NUL would cut the path short where the OS reads it
+    if (c < 0x20) f.fail("is " + json_checked::preview(f.value()) + ", which holds a control character; expected a file path");
+  const fs::path rel = fs::path(entry).lexically_normal();
+  if (rel.is_absolute() || rel.has_root_name() || rel.has_root_directory())
+    f.fail("is the absolute path " + json_checked::preview(f.value()) + "; expected a path relative to the dataset folder");
+  if (!rel.empty() && *rel.begin() == "..")
+    f.fail("is " + json_checked::preview(f.value()) + ", which leaves the dataset folder; expected a path inside it");
+  return rel.string();
 }
 
-// The string member `key` of training entry `index`, or an Error naming dataset.json.
-std::string entry_path(const json& entry, const char* key, size_t index, const std::string& json_path) {
-  HG_CHECK(entry.is_object() && entry.contains(key) && entry[key].is_string(),
-           "load_msd: " << json_path << ": training[" << index << "] has no string \"" << key
-                        << "\"; expected {\"image\": \"./imagesTr/...\", \"label\": \"./labelsTr/...\"}");
-  return entry[key].get<std::string>();
+// The file's identity (device, inode): catches one file listed under two spellings, or through a
+// symbolic or hard link, which the lexical comparison cannot see.
+bool file_id(const std::string& path, std::pair<dev_t, ino_t>* id) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  *id = {st.st_dev, st.st_ino};
+  return true;
+}
+
+std::string read_text(const std::string& json_path) {
+  std::error_code ec;
+  const auto size = fs::file_size(json_path, ec);
+  HG_CHECK(!ec, "load_msd: " << json_path << ": cannot read its size (" << ec.message() << ")");
+  HG_CHECK(size <= kMaxDatasetJsonBytes, "load_msd: " << json_path << " is " << size << " bytes; the limit is "
+                                                      << kMaxDatasetJsonBytes << " (an MSD dataset.json is a few hundred KB)");
+  std::ifstream in(json_path, std::ios::binary);
+  HG_CHECK(in.good(), "load_msd: " << json_path << ": cannot open for reading");
+  std::string text(static_cast<size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  HG_CHECK(static_cast<size_t>(in.gcount()) == size, "load_msd: " << json_path << ": read " << in.gcount() << " of "
+                                                                  << size << " bytes");
+  return text;
 }
 
 }  // namespace
@@ -34,55 +69,65 @@ MsdDataset load_msd(const std::string& root) {
   std::error_code ec;
   HG_CHECK(fs::is_regular_file(json_path, ec),
            "load_msd: " << json_path << " not found; expected an MSD dataset root holding dataset.json, imagesTr/ and labelsTr/");
-  std::ifstream in(json_path);
-  HG_CHECK(in.good(), "load_msd: " << json_path << ": cannot open for reading");
-  json ds;
-  try {
-    in >> ds;
-  } catch (const json::exception& e) {
-    HG_FAIL("load_msd: " << json_path << ": not valid JSON (" << e.what() << "); expected an MSD dataset.json");
-  }
-  HG_CHECK(ds.is_object(), "load_msd: " << json_path << ": top level is not a JSON object; expected an MSD dataset.json");
+  const std::string text = read_text(json_path);
+  json_checked::ParseLimits limits;
+  limits.max_bytes = kMaxDatasetJsonBytes;
+  limits.max_depth = kMaxDatasetJsonDepth;
+  const json doc = json_checked::parse(text.data(), text.size(), "load_msd: " + json_path, limits);
+  const Field ds(doc, "load_msd: " + json_path);
+  ds.require_object("an object (an MSD dataset.json)");
 
   MsdDataset out;
   out.root = root;
-  if (ds.contains("name") && ds["name"].is_string()) out.name = ds["name"].get<std::string>();
+  if (ds.has("name", /*null_is_absent=*/true)) out.name = ds["name"].as_string();
 
-  HG_CHECK(ds.contains("labels") && ds["labels"].is_object() && !ds["labels"].empty(),
-           "load_msd: " << json_path << ": no \"labels\" map; expected {\"labels\": {\"0\": \"background\", ...}}");
-  const json& labels = ds["labels"];
+  const Field labels = ds["labels"];
+  labels.require_object("an object {\"0\": \"background\", ...}");
+  if (labels.size() == 0) labels.fail("is empty; expected {\"0\": \"background\", ...}");
   out.num_classes = static_cast<int64_t>(labels.size());
   for (int64_t c = 0; c < out.num_classes; ++c) {
     const std::string key = std::to_string(c);
-    HG_CHECK(labels.contains(key) && labels[key].is_string(),
-             "load_msd: " << json_path << ": \"labels\" has " << out.num_classes << " entries but no string entry \""
-                          << key << "\"; expected keys \"0\" .. \"" << out.num_classes - 1 << "\"");
-    out.class_names.push_back(labels[key].get<std::string>());
+    if (!labels.has(key))
+      labels.fail("has " + std::to_string(out.num_classes) + " entries but no key \"" + key + "\"; expected keys \"0\" .. \"" +
+                  std::to_string(out.num_classes - 1) + "\"");
+    out.class_names.push_back(labels[key].as_string());
   }
 
-  HG_CHECK(ds.contains("training") && ds["training"].is_array(),
-           "load_msd: " << json_path << ": no \"training\" list; expected {\"training\": [{\"image\": ..., \"label\": ...}, ...]}");
+  const Field training = ds["training"];
+  training.require_array("an array [{\"image\": ..., \"label\": ...}, ...]");
   std::vector<std::pair<std::string, MsdPair>> keyed;  // (image entry as written, resolved pair)
-  const json& training = ds["training"];
+  // Each file once, by normalised relative path and by (device, inode): a pair listed twice, in
+  // any spelling, could land in both the training and the validation split.
+  std::map<std::string, std::string> seen_path;            // normalised path -> the field that listed it
+  std::map<std::pair<dev_t, ino_t>, std::string> seen_id;  // file identity -> the field that listed it
   for (size_t i = 0; i < training.size(); ++i) {
-    const std::string image = entry_path(training[i], "image", i, json_path);
-    const std::string label = entry_path(training[i], "label", i, json_path);
-    keyed.push_back({image, MsdPair{resolve(root, image), resolve(root, label)}});
+    const Field entry = training[i];
+    entry.require_object("an object {\"image\": \"./imagesTr/...\", \"label\": \"./labelsTr/...\"}");
+    std::string resolved[2];
+    int k = 0;
+    for (const char* key : {"image", "label"}) {
+      const Field f = entry[key];
+      const std::string rel = relative_entry(f);
+      const std::string full = (fs::path(root) / rel).lexically_normal().string();
+      auto [it, fresh] = seen_path.emplace(rel, f.path());
+      if (!fresh)
+        f.fail("names " + rel + ", already listed as '" + it->second +
+               "'; expected each file once (a duplicate could land in both the training and the validation split)");
+      std::pair<dev_t, ino_t> id;
+      if (!file_id(full, &id))
+        f.fail("names " + full + ", which is not an existing regular file; expected every listed file to exist");
+      auto [jt, fresh_id] = seen_id.emplace(id, f.path());
+      if (!fresh_id)
+        f.fail("names " + full + ", the same file (same device and inode) as '" + jt->second +
+               "'; expected each file once (a duplicate could land in both the training and the validation split)");
+      resolved[k++] = full;
+    }
+    keyed.push_back({entry["image"].as_string(), MsdPair{resolved[0], resolved[1]}});
   }
   // The reference sorts by the image entry string (all entries share "./imagesTr/", so this is the
   // file-name order).
   std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t i = 1; i < keyed.size(); ++i)
-    HG_CHECK(keyed[i].second.image != keyed[i - 1].second.image,
-             "load_msd: " << json_path << ": image " << keyed[i].first
-                          << " is listed twice in \"training\"; expected each pair once (a duplicate could land in "
-                             "both the training and the validation split)");
-  for (auto& [entry, pair] : keyed) {
-    for (const std::string* p : {&pair.image, &pair.label})
-      HG_CHECK(fs::is_regular_file(*p, ec), "load_msd: " << *p << " (listed in " << json_path
-                                                         << ") not found; expected every listed file to exist");
-    out.pairs.push_back(std::move(pair));
-  }
+  for (auto& [entry, pair] : keyed) out.pairs.push_back(std::move(pair));
   return out;
 }
 
@@ -93,18 +138,12 @@ MsdSplit split_every_fifth(const std::vector<MsdPair>& pairs) {
 }
 
 MsdCase load_msd_case(const MsdPair& pair, int64_t num_classes) {
-  MsdCase c{read_nifti(pair.image), read_label_nifti(pair.label)};
+  HG_CHECK(num_classes >= 1, "load_msd_case: num_classes is " << num_classes << "; expected >= 1");
+  MsdCase c{read_nifti(pair.image), read_label_nifti(pair.label, num_classes)};
   const Shape& is = c.image.data.shape();
   const Shape& ls = c.label.data.shape();
   HG_CHECK(is == ls, "load_msd_case: label " << pair.label << " has shape (z, y, x) " << shape_str(ls) << " but image "
                                              << pair.image << " has " << shape_str(is) << "; expected equal shapes");
-  const int64_t* lab = c.label.data.data<int64_t>();
-  for (int64_t i = 0; i < c.label.data.numel(); ++i) {
-    if (lab[i] >= 0 && lab[i] < num_classes) continue;
-    const int64_t x = i % ls[2], y = (i / ls[2]) % ls[1], z = i / (ls[2] * ls[1]);
-    HG_FAIL("load_msd_case: label " << pair.label << " holds value " << lab[i] << " at voxel (z, y, x) = (" << z << ", "
-                                    << y << ", " << x << "); expected classes in [0, " << num_classes << ")");
-  }
   return c;
 }
 

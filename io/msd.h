@@ -32,9 +32,15 @@ struct MsdDataset {
 };
 
 /// Parses <root>/dataset.json and checks every listed file exists (nothing is read yet).
-/// Throws halfgrad::Error naming the file when dataset.json is missing or not valid JSON, when
-/// `labels` or `training` is missing or malformed (keys not "0".."n-1", an entry without
-/// image/label), or when a listed image or label file does not exist.
+/// dataset.json is untrusted: it must be at most 64 MiB and nest at most 32 levels (both checked
+/// before parsing), and every field is type-checked (core/json_checked.h). Entries must be paths
+/// relative to <root> that stay inside it; each file may be listed once, compared after lexical
+/// normalisation ("./imagesTr/x.nii.gz" == "imagesTr/x.nii.gz") and by device and inode (a link or
+/// a second spelling of the same file). Throws halfgrad::Error naming dataset.json and the field
+/// ("field 'training[3].image' must be a string, got integer") when the file is missing, too large,
+/// too deep or not valid JSON, when `labels` or `training` is missing or malformed (keys not
+/// "0".."n-1", an entry without image/label), when an entry is absolute or leaves <root>, names a
+/// file that does not exist, or names a file already listed.
 MsdDataset load_msd(const std::string& root);
 
 struct MsdSplit {
@@ -53,9 +59,10 @@ struct MsdCase {
   Volume label;
 };
 
-/// Reads pair.image (read_nifti) and pair.label (read_label_nifti) and checks that the shapes are
-/// equal and that every label is in [0, num_classes). Throws halfgrad::Error naming the file(s), the
-/// shapes or the offending value and voxel, and what was expected; read errors as read_nifti.
+/// Reads pair.image (read_nifti) and pair.label (read_label_nifti with num_classes: every label an
+/// integer in [0, num_classes)) and checks that the shapes are equal. Throws halfgrad::Error naming
+/// the file(s), the shapes or the offending value and voxel (i, j, k), and what was expected; read
+/// errors as read_nifti.
 MsdCase load_msd_case(const MsdPair& pair, int64_t num_classes);
 
 }  // namespace halfgrad::io

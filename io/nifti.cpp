@@ -1,22 +1,35 @@
-// nifti.cpp - see nifti.h. Reading runs in three steps, each of which can only fail with an Error:
-//   1. peek_header: the first 348 bytes, read through zlib (which passes plain files through), are
-//      checked here - size, magic, dimensions, datatype - so nifticlib only ever sees sane headers;
-//   2. nifti_image_read(path, 0) parses the header (byte order, offset, scaling, geometry);
-//   3. read_voxel_bytes reads the voxel bytes with zlib, checks that all of them are there, swaps
-//      byte order if needed, and the values are scaled, converted to float32 and checked finite.
-// Step 3 does not use nifti_image_load, because nifticlib's loader silently zero-fills the missing
-// bytes of a truncated file and silently replaces NaN/inf floats by 0; both must be errors here.
+// nifti.cpp - see nifti.h. A file is untrusted input; reading runs in steps that can each only
+// fail with an Error, and nothing large is allocated before the header has been checked:
+//   1. Input: the raw bytes, from a file (read in chunks) or a caller's buffer; a gzip stream
+//      (magic 1f 8b) is inflated as it is read (Stream), so a header claiming more voxels than the
+//      stream holds is found when the stream ends, and a stream longer than the header says is an
+//      error as soon as the first extra byte comes out - never inflated to the end of a zip bomb.
+//   2. check_header: the 348 header bytes are checked field by field (sizeof_hdr, magic, dim,
+//      datatype and bitpix, pixdim, vox_offset, scl_slope/scl_inter, the qform/sform numbers, the
+//      voxel count against NiftiReadOptions::max_voxels), byte-swapped here when needed; a plain
+//      file's size must then equal vox_offset + the voxel bytes, before any allocation.
+//   3. nifti_convert_nhdr2nim turns the checked header into a nifti_image (byte order, scaling,
+//      geometry), without reading the file again and without touching its extensions; its offset,
+//      extents and element size must agree with step 2 (nifticlib casts vox_offset to int, and for
+//      2^31 and above silently falls back to offset 348).
+//   4. The voxel bytes (exactly vox_offset + nvox * nbyper bytes in total; the gzip trailer, CRC-32
+//      and length, checked) are byte-swapped if needed, scaled and converted: float32 for images
+//      (every value finite), int64 for label maps (every value an integer, optionally in a range).
+// nifti_image_load is not used: it silently zero-fills a truncated file and replaces NaN/inf by 0.
 #include "io/nifti.h"
 
 #include <nifti1_io.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -29,13 +42,16 @@ namespace {
 namespace fs = std::filesystem;
 
 // The NIfTI-1 header is a fixed 348-byte struct; NIfTI-2 uses a 540-byte one, which niftiio cannot
-// read. Field offsets below are those of nifti_1_header in nifti1.h.
+// read.
 constexpr int kNifti1HeaderBytes = 348;
 constexpr int kNifti2HeaderBytes = 540;
-constexpr int kOffsetDim = 40;       // short dim[8]
-constexpr int kOffsetDatatype = 70;  // short datatype
-constexpr int kOffsetVoxOffset = 108;  // float vox_offset
-constexpr int kOffsetMagic = 344;    // char magic[4]: "n+1\0" single file, "ni1\0" header/image pair
+static_assert(sizeof(nifti_1_header) == kNifti1HeaderBytes, "nifti1.h's header struct must be the 348 file bytes");
+// In a single .nii file the voxels start at vox_offset >= 352 (header + 4 extension-flag bytes).
+constexpr double kMinVoxOffset = 352.0;
+// nifticlib keeps the offset in an int, so 2^31 and beyond cannot be represented (it silently falls
+// back to 348). Below that, the header and its extensions (typically a few KB) are capped at
+// 64 MiB: a .nii.gz claiming more would be inflated that far before its voxels are even reached.
+constexpr double kMaxVoxOffset = 67108864.0;
 
 struct NiftiDeleter {
   void operator()(nifti_image* nim) const { nifti_image_free(nim); }
@@ -48,71 +64,190 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 bool has_nifti_extension(const std::string& path) { return ends_with(path, ".nii") || ends_with(path, ".nii.gz"); }
 
-uint16_t swap16(uint16_t v) { return static_cast<uint16_t>((v >> 8) | (v << 8)); }
 uint32_t swap32(uint32_t v) {
   return (v >> 24) | ((v >> 8) & 0xff00u) | ((v << 8) & 0xff0000u) | (v << 24);
 }
 
-// Real scalar datatypes we convert to float32; everything else (binary, complex, RGB, float128) is refused.
-bool is_supported_datatype(int code) {
+// Bytes per voxel of the real scalar datatypes we convert; 0 for everything else (binary, complex,
+// RGB, float128), which is refused.
+int datatype_bytes(int code) {
   switch (code) {
-    case NIFTI_TYPE_UINT8: case NIFTI_TYPE_INT8: case NIFTI_TYPE_INT16: case NIFTI_TYPE_UINT16:
-    case NIFTI_TYPE_INT32: case NIFTI_TYPE_UINT32: case NIFTI_TYPE_INT64: case NIFTI_TYPE_UINT64:
-    case NIFTI_TYPE_FLOAT32: case NIFTI_TYPE_FLOAT64:
-      return true;
-    default:
-      return false;
+    case NIFTI_TYPE_UINT8: case NIFTI_TYPE_INT8: return 1;
+    case NIFTI_TYPE_INT16: case NIFTI_TYPE_UINT16: return 2;
+    case NIFTI_TYPE_INT32: case NIFTI_TYPE_UINT32: case NIFTI_TYPE_FLOAT32: return 4;
+    case NIFTI_TYPE_INT64: case NIFTI_TYPE_UINT64: case NIFTI_TYPE_FLOAT64: return 8;
+    default: return 0;
   }
 }
 
-std::string dims_str(const int16_t* dim) {
+std::string dims_str(const short* dim) {
   std::ostringstream os;
   os << "[";
-  for (int d = 1; d <= dim[0]; ++d) os << (d > 1 ? ", " : "") << dim[d];
+  for (int d = 1; d <= dim[0] && d <= 7; ++d) os << (d > 1 ? ", " : "") << dim[d];
   os << "]";
   return os.str();
 }
 
-// Step 1: checks the raw header bytes. Throws with the reason; returns nothing on success.
-void peek_header(const std::string& path) {
-  const std::string where = "read_nifti: " + path + ": ";
-  {
-    std::ifstream plain(path, std::ios::binary);
-    unsigned char magic[2] = {0, 0};
-    plain.read(reinterpret_cast<char*>(magic), 2);
-    const bool gzipped = plain.gcount() == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-    HG_CHECK(!(gzipped && !ends_with(path, ".gz")),
-             where << "file is gzip-compressed but named .nii; expected the name to end in .nii.gz");
-  }
-  unsigned char hdr[kNifti1HeaderBytes];
-  gzFile f = gzopen(path.c_str(), "rb");
-  HG_CHECK(f != nullptr, where << "cannot open the file for reading; expected a readable .nii or .nii.gz file");
-  const int got = gzread(f, hdr, kNifti1HeaderBytes);
-  gzclose(f);
-  HG_CHECK(got >= 0, where << "corrupt gzip stream; expected a valid .nii.gz file");
-  HG_CHECK(got == kNifti1HeaderBytes,
-           where << "file holds only " << got << (ends_with(path, ".gz") ? " bytes after decompression" : " bytes")
-                 << "; expected at least the " << kNifti1HeaderBytes << "-byte NIfTI-1 header");
+// ---- step 1: the bytes ------------------------------------------------------------------------------
 
+// Raw (possibly compressed) bytes, pulled in chunks: from a file or from memory.
+class RawInput {
+ public:
+  virtual ~RawInput() = default;
+  /// Up to n bytes into buf; 0 at the end.
+  virtual size_t read(unsigned char* buf, size_t n) = 0;
+  /// Total raw size.
+  virtual uint64_t size() const = 0;
+};
+
+class FileInput : public RawInput {
+ public:
+  FileInput(const std::string& path, const std::string& where) {
+    f_ = std::fopen(path.c_str(), "rb");
+    HG_CHECK(f_ != nullptr, where << "cannot open the file for reading; expected a readable .nii or .nii.gz file");
+    struct stat st;
+    HG_CHECK(::fstat(fileno(f_), &st) == 0 && S_ISREG(st.st_mode), where << "not a regular file");
+    size_ = static_cast<uint64_t>(st.st_size);
+  }
+  ~FileInput() override { std::fclose(f_); }
+  FileInput(const FileInput&) = delete;
+  FileInput& operator=(const FileInput&) = delete;
+  size_t read(unsigned char* buf, size_t n) override { return std::fread(buf, 1, n, f_); }
+  uint64_t size() const override { return size_; }
+
+ private:
+  std::FILE* f_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+class MemoryInput : public RawInput {
+ public:
+  MemoryInput(const void* data, size_t n) : p_(static_cast<const unsigned char*>(data)), n_(n) {}
+  size_t read(unsigned char* buf, size_t n) override {
+    const size_t k = std::min(n, n_ - pos_);
+    if (k) std::memcpy(buf, p_ + pos_, k);
+    pos_ += k;
+    return k;
+  }
+  uint64_t size() const override { return n_; }
+
+ private:
+  const unsigned char* p_;
+  size_t n_, pos_ = 0;
+};
+
+// The file's content: raw bytes passed through, or a gzip stream (one or more members, as gzip
+// and gzread allow) inflated as it is read. read() returns fewer bytes than asked only at the end
+// of the content; a corrupt or cut stream (no trailer, bad CRC or length) is an Error.
+class Stream {
+ public:
+  Stream(RawInput& raw, const std::string& where) : raw_(raw), where_(where), in_(size_t{1} << 16) {
+    in_len_ = raw_.read(in_.data(), in_.size());
+    gzip_ = in_len_ >= 2 && in_[0] == 0x1f && in_[1] == 0x8b;
+    if (gzip_) {
+      HG_CHECK(inflateInit2(&zs_, 16 + MAX_WBITS) == Z_OK, where_ << "zlib could not start inflating");
+      zs_.next_in = in_.data();
+      zs_.avail_in = static_cast<uInt>(in_len_);
+    }
+  }
+  ~Stream() {
+    if (gzip_) inflateEnd(&zs_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  bool gzip() const { return gzip_; }
+
+  size_t read(unsigned char* out, size_t n) {
+    if (!gzip_) {
+      size_t got = 0;
+      const size_t from_buf = std::min(n, in_len_ - in_pos_);  // the bytes read while sniffing the magic
+      if (from_buf) std::memcpy(out, in_.data() + in_pos_, from_buf);
+      in_pos_ += from_buf;
+      got += from_buf;
+      while (got < n) {
+        const size_t k = raw_.read(out + got, n - got);
+        if (k == 0) break;
+        got += k;
+      }
+      return got;
+    }
+    size_t got = 0;
+    while (got < n && !done_) {
+      if (zs_.avail_in == 0) {
+        in_len_ = raw_.read(in_.data(), in_.size());
+        zs_.next_in = in_.data();
+        zs_.avail_in = static_cast<uInt>(in_len_);
+      }
+      zs_.next_out = out + got;
+      zs_.avail_out = static_cast<uInt>(std::min<size_t>(n - got, size_t{1} << 30));
+      const uInt before = zs_.avail_out;
+      const bool input_ended = zs_.avail_in == 0;
+      const int ret = inflate(&zs_, Z_NO_FLUSH);
+      got += before - zs_.avail_out;
+      if (ret == Z_STREAM_END) {
+        // A member ended with its trailer checked; another member may follow.
+        if (zs_.avail_in == 0) {
+          in_len_ = raw_.read(in_.data(), in_.size());
+          zs_.next_in = in_.data();
+          zs_.avail_in = static_cast<uInt>(in_len_);
+        }
+        if (zs_.avail_in == 0) done_ = true;
+        else HG_CHECK(inflateReset(&zs_) == Z_OK, where_ << "zlib could not start the next gzip member");
+        continue;
+      }
+      HG_CHECK(ret == Z_OK || (ret == Z_BUF_ERROR && !input_ended),
+               where_ << "corrupt or truncated gzip stream (zlib: "
+                      << (zs_.msg ? zs_.msg : input_ended ? "input ends before the gzip trailer" : "inflate error")
+                      << ", after " << zs_.total_out << " bytes of the current member); expected an intact .nii.gz file");
+    }
+    return got;
+  }
+
+ private:
+  RawInput& raw_;
+  const std::string& where_;
+  std::vector<unsigned char> in_;
+  size_t in_len_ = 0, in_pos_ = 0;
+  bool gzip_ = false, done_ = false;
+  z_stream zs_{};
+};
+
+// ---- step 2: the header -----------------------------------------------------------------------------
+
+// What the checked header says about the voxel data.
+struct HeaderFacts {
+  bool swapped = false;
+  int64_t nx = 0, ny = 0, nz = 0;
+  int datatype = 0, bytes_per_voxel = 0;
+  uint64_t offset = 0;      // vox_offset, an integer in [352, 2^26]
+  uint64_t data_bytes = 0;  // nx * ny * nz * bytes_per_voxel
+};
+
+bool all_finite(const float* v, int n) {
+  for (int i = 0; i < n; ++i)
+    if (!std::isfinite(v[i])) return false;
+  return true;
+}
+
+// Checks every header field the reader relies on; `h` is the header in native byte order.
+HeaderFacts check_header(const nifti_1_header& raw, nifti_1_header* h, const std::string& where,
+                         const NiftiReadOptions& options) {
+  HeaderFacts f;
+  *h = raw;
   uint32_t sizeof_hdr;
-  std::memcpy(&sizeof_hdr, hdr, 4);
-  const bool swapped = sizeof_hdr != kNifti1HeaderBytes && swap32(sizeof_hdr) == kNifti1HeaderBytes;
+  std::memcpy(&sizeof_hdr, &raw.sizeof_hdr, 4);
+  f.swapped = sizeof_hdr != kNifti1HeaderBytes && swap32(sizeof_hdr) == kNifti1HeaderBytes;
   HG_CHECK(sizeof_hdr != kNifti2HeaderBytes && swap32(sizeof_hdr) != kNifti2HeaderBytes,
            where << "is a NIfTI-2 file (sizeof_hdr 540); expected NIfTI-1 (sizeof_hdr 348), which is all niftiio reads");
-  HG_CHECK(sizeof_hdr == kNifti1HeaderBytes || swapped,
+  HG_CHECK(sizeof_hdr == kNifti1HeaderBytes || f.swapped,
            where << "not a NIfTI-1 file: sizeof_hdr is " << sizeof_hdr << "; expected 348");
-  const char* magic = reinterpret_cast<const char*>(hdr + kOffsetMagic);
-  HG_CHECK(std::memcmp(magic, "n+1", 4) == 0 || std::memcmp(magic, "ni1", 4) == 0,
-           where << "not a NIfTI-1 file: magic is not \"n+1\" or \"ni1\" (an ANALYZE 7.5 header?); expected NIfTI-1");
+  HG_CHECK(std::memcmp(raw.magic, "ni1", 4) != 0,
+           where << "magic is \"ni1\" (the header of a .hdr/.img pair); expected \"n+1\", a single-file .nii image");
+  HG_CHECK(std::memcmp(raw.magic, "n+1", 4) == 0,
+           where << "not a NIfTI-1 file: magic is not \"n+1\" (an ANALYZE 7.5 header?); expected NIfTI-1");
+  if (f.swapped) swap_nifti_header(h, /*is_nifti=*/1);
 
-  int16_t dim[8];
-  std::memcpy(dim, hdr + kOffsetDim, sizeof(dim));
-  int16_t datatype;
-  std::memcpy(&datatype, hdr + kOffsetDatatype, 2);
-  if (swapped) {
-    for (auto& d : dim) d = static_cast<int16_t>(swap16(static_cast<uint16_t>(d)));
-    datatype = static_cast<int16_t>(swap16(static_cast<uint16_t>(datatype)));
-  }
+  const short* dim = h->dim;
   HG_CHECK(dim[0] >= 1 && dim[0] <= 7, where << "dim[0] is " << dim[0] << "; expected 3 to 7 dimensions");
   HG_CHECK(dim[0] >= 3, where << "is a " << dim[0] << "-D image with extents " << dims_str(dim) << "; expected a 3-D volume");
   for (int d = 1; d <= dim[0]; ++d)
@@ -120,124 +255,79 @@ void peek_header(const std::string& path) {
   for (int d = 4; d <= dim[0]; ++d)
     HG_CHECK(dim[d] == 1, where << "is " << dim[0] << "-D with extents " << dims_str(dim)
                                 << "; expected a 3-D volume (extents after the third must be 1)");
-  if (std::memcmp(magic, "n+1", 4) == 0) {
-    float vox_offset;
-    std::memcpy(&vox_offset, hdr + kOffsetVoxOffset, 4);
-    if (swapped) {
-      uint32_t u;
-      std::memcpy(&u, &vox_offset, 4);
-      u = swap32(u);
-      std::memcpy(&vox_offset, &u, 4);
-    }
-    // NIfTI-1: in a single .nii file the voxels start at vox_offset >= 352 (header + 4 extension bytes).
-    HG_CHECK(std::isfinite(vox_offset) && vox_offset >= 352.0f,
-             where << "vox_offset is " << vox_offset << "; expected at least 352 in a single-file (n+1) NIfTI-1 image");
-  }
-  HG_CHECK(is_supported_datatype(datatype),
-           where << "unsupported datatype " << datatype << " (" << nifti_datatype_string(datatype)
+  f.nx = dim[1];
+  f.ny = dim[2];
+  f.nz = dim[3];
+
+  f.datatype = h->datatype;
+  f.bytes_per_voxel = datatype_bytes(f.datatype);
+  HG_CHECK(f.bytes_per_voxel > 0,
+           where << "unsupported datatype " << f.datatype << " (" << nifti_datatype_string(f.datatype)
                  << "); expected a real scalar type: uint8, int8, int16, uint16, int32, uint32, int64, uint64, float32 or float64");
-}
+  HG_CHECK(h->bitpix == 8 * f.bytes_per_voxel, where << "bitpix is " << h->bitpix << " but datatype "
+                                                     << nifti_datatype_string(f.datatype) << " has "
+                                                     << 8 * f.bytes_per_voxel << " bits; expected them to agree");
 
-// gzread does not report a gzip stream whose compressed input ends before its 8-byte trailer
-// (CRC-32 and length) once it has handed out all the data it asked for: a download cut in its last
-// bytes, or corrupt data without a trailer, would read as a valid volume. So a gzip file is also run
-// through inflate to the end of its first member, which must reach Z_STREAM_END (trailer checked).
-void verify_gzip_member(const std::string& path, const std::string& where) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  HG_CHECK(f != nullptr, where << "cannot open the file for reading; expected a readable .nii.gz file");
-  unsigned char magic[2] = {0, 0};
-  const bool gz = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-  if (!gz) { std::fclose(f); return; }  // plain .nii data (gzopen reads it transparently)
-  std::rewind(f);
-  z_stream zs{};
-  HG_CHECK(inflateInit2(&zs, 16 + MAX_WBITS) == Z_OK, where << "zlib could not start inflating");
-  std::vector<unsigned char> in(size_t{1} << 16), out(size_t{1} << 16);
-  int ret = Z_OK;
-  while (ret != Z_STREAM_END) {
-    zs.avail_in = static_cast<uInt>(std::fread(in.data(), 1, in.size(), f));
-    if (zs.avail_in == 0) break;  // input ended before the stream did
-    zs.next_in = in.data();
-    do {
-      zs.avail_out = static_cast<uInt>(out.size());
-      zs.next_out = out.data();
-      ret = inflate(&zs, Z_NO_FLUSH);
-    } while (ret == Z_OK && zs.avail_out == 0);
-    if (ret != Z_OK && ret != Z_STREAM_END && ret != Z_BUF_ERROR) break;
+  for (int d = 1; d <= 3; ++d)
+    HG_CHECK(std::isfinite(h->pixdim[d]) && h->pixdim[d] != 0.0f,
+             where << "pixdim[" << d << "] (the voxel size) is " << h->pixdim[d] << "; expected a finite non-zero size");
+  HG_CHECK(std::isfinite(h->pixdim[0]), where << "pixdim[0] (qfac) is " << h->pixdim[0] << "; expected -1 or 1");
+  HG_CHECK(std::isfinite(h->scl_slope) && std::isfinite(h->scl_inter),
+           where << "scl_slope " << h->scl_slope << ", scl_inter " << h->scl_inter
+                 << "; expected finite scaling (scl_slope 0 means no scaling)");
+  if (h->qform_code > 0) {
+    const float q[6] = {h->quatern_b, h->quatern_c, h->quatern_d, h->qoffset_x, h->qoffset_y, h->qoffset_z};
+    HG_CHECK(all_finite(q, 6), where << "the qform (quatern_b/c/d, qoffset_x/y/z) holds a non-finite number; expected finite");
   }
-  const std::string msg = zs.msg ? zs.msg : (ret == Z_STREAM_END ? "" : "input ends before the gzip trailer");
-  inflateEnd(&zs);
-  std::fclose(f);
-  HG_CHECK(ret == Z_STREAM_END, where << "corrupt or truncated gzip stream (zlib: " << msg
-                                      << "); expected an intact .nii.gz file");
+  if (h->sform_code > 0)
+    HG_CHECK(all_finite(h->srow_x, 4) && all_finite(h->srow_y, 4) && all_finite(h->srow_z, 4),
+             where << "the sform (srow_x/y/z) holds a non-finite number; expected finite");
+
+  const double off = h->vox_offset;
+  HG_CHECK(std::isfinite(off) && off >= kMinVoxOffset && off <= kMaxVoxOffset && off == std::floor(off),
+           where << "vox_offset is " << std::setprecision(12) << off << "; expected an integer from 352 to "
+                 << kMaxVoxOffset << " (64 MiB of header and extensions) in a single-file (n+1) NIfTI-1 image");
+  f.offset = static_cast<uint64_t>(off);
+
+  // Extents are int16, so nx * ny * nz < 2^45 and * 8 bytes < 2^48: no overflow in int64.
+  const int64_t numel = f.nx * f.ny * f.nz;
+  HG_CHECK(numel <= options.max_voxels,
+           where << "extents " << dims_str(dim) << " are " << numel << " voxels; the limit is " << options.max_voxels
+                 << " (NiftiReadOptions::max_voxels); expected a smaller volume");
+  f.data_bytes = static_cast<uint64_t>(numel) * static_cast<uint64_t>(f.bytes_per_voxel);
+  return f;
 }
 
-// Step 3a: the nvox * nbyper voxel bytes from iname_offset, in native byte order. Reads in chunks
-// so that a header claiming a huge volume costs only the bytes the file really holds.
-std::vector<unsigned char> read_voxel_bytes(const std::string& path, const nifti_image& nim) {
-  const std::string where = "read_nifti: " + path + ": ";
-  const uint64_t need = static_cast<uint64_t>(nim.nvox) * static_cast<uint64_t>(nim.nbyper);
-  verify_gzip_member(path, where);
-  gzFile f = gzopen(path.c_str(), "rb");
-  HG_CHECK(f != nullptr, where << "cannot open the file for reading; expected a readable .nii or .nii.gz file");
-  std::vector<unsigned char> bytes;
-  bool ok = gzseek(f, static_cast<z_off_t>(nim.iname_offset), SEEK_SET) == static_cast<z_off_t>(nim.iname_offset);
-  constexpr uint64_t kChunkBytes = uint64_t{1} << 24;  // 16 MiB per gzread call
-  while (ok && bytes.size() < need) {
-    const size_t have = bytes.size();
-    const auto chunk = static_cast<unsigned>(std::min<uint64_t>(kChunkBytes, need - have));
-    bytes.resize(have + chunk);
-    const int got = gzread(f, bytes.data() + have, chunk);
-    bytes.resize(have + static_cast<size_t>(std::max(got, 0)));
-    ok = got == static_cast<int>(chunk);
-  }
-  // The gzip trailer was checked by verify_gzip_member; a read that stops short names zlib's reason.
-  int zerr = Z_OK;
-  const std::string zmsg = bytes.size() < need ? gzerror(f, &zerr) : "";
-  gzclose(f);
-  HG_CHECK(zerr == Z_OK || zerr == Z_STREAM_END,
-           where << "corrupt or truncated gzip stream (zlib: " << zmsg << ") with " << bytes.size() << " of " << need
-                 << " bytes of voxel data read; expected an intact .nii.gz file");
-  HG_CHECK(bytes.size() == need, where << "truncated or corrupt: " << bytes.size() << " bytes of voxel data from offset "
-                                       << nim.iname_offset << "; expected " << need << " (" << nim.nvox << " voxels x "
-                                       << nim.nbyper << " bytes)");
-  if (nim.byteorder != nifti_short_order() && nim.swapsize > 1)
-    nifti_swap_Nbytes(nim.nvox, nim.swapsize, bytes.data());
-  return bytes;
-}
+// ---- steps 3 and 4 ----------------------------------------------------------------------------------
 
-// Step 3b: stored values -> float32 with scaling, checking every value is finite.
-template <typename Raw>
-void convert_to_float(const nifti_image& nim, const void* bytes, float* out, const std::string& path) {
-  const Raw* in = static_cast<const Raw*>(bytes);
-  const bool scale = std::isfinite(nim.scl_slope) && nim.scl_slope != 0.0f;
-  const double slope = nim.scl_slope, inter = nim.scl_inter;
-  const int64_t n = static_cast<int64_t>(nim.nvox);
+// Stored value -> double with the NIfTI-1 scaling; fn(flat index, value) for every voxel.
+template <typename Raw, typename Fn>
+void for_each_value_as(const unsigned char* bytes, int64_t n, bool scale, double slope, double inter, Fn&& fn) {
   for (int64_t i = 0; i < n; ++i) {
-    double v = static_cast<double>(in[i]);
+    Raw r;
+    std::memcpy(&r, bytes + i * static_cast<int64_t>(sizeof(Raw)), sizeof(Raw));
+    double v = static_cast<double>(r);
     if (scale) v = v * slope + inter;
-    out[i] = static_cast<float>(v);
-    if (!std::isfinite(out[i])) {
-      const int64_t x = i % nim.nx, y = (i / nim.nx) % nim.ny, z = i / (static_cast<int64_t>(nim.nx) * nim.ny);
-      HG_FAIL("read_nifti: " << path << ": voxel (z, y, x) = (" << z << ", " << y << ", " << x << ") is " << v
-                             << (std::isfinite(v) ? ", which overflows float32" : "")
-                             << "; expected finite image data");
-    }
+    fn(i, v);
   }
 }
 
-void convert_voxels(const nifti_image& nim, const void* bytes, float* out, const std::string& path) {
-  switch (nim.datatype) {
-    case NIFTI_TYPE_UINT8: return convert_to_float<uint8_t>(nim, bytes, out, path);
-    case NIFTI_TYPE_INT8: return convert_to_float<int8_t>(nim, bytes, out, path);
-    case NIFTI_TYPE_INT16: return convert_to_float<int16_t>(nim, bytes, out, path);
-    case NIFTI_TYPE_UINT16: return convert_to_float<uint16_t>(nim, bytes, out, path);
-    case NIFTI_TYPE_INT32: return convert_to_float<int32_t>(nim, bytes, out, path);
-    case NIFTI_TYPE_UINT32: return convert_to_float<uint32_t>(nim, bytes, out, path);
-    case NIFTI_TYPE_INT64: return convert_to_float<int64_t>(nim, bytes, out, path);
-    case NIFTI_TYPE_UINT64: return convert_to_float<uint64_t>(nim, bytes, out, path);
-    case NIFTI_TYPE_FLOAT32: return convert_to_float<float>(nim, bytes, out, path);
-    case NIFTI_TYPE_FLOAT64: return convert_to_float<double>(nim, bytes, out, path);
-    default: HG_FAIL("read_nifti: " << path << ": unsupported datatype " << nim.datatype);
+template <typename Fn>
+void for_each_value(int datatype, const unsigned char* bytes, int64_t n, float scl_slope, float scl_inter, Fn&& fn) {
+  const bool scale = scl_slope != 0.0f;  // both finite (check_header)
+  const double s = scl_slope, b = scl_inter;
+  switch (datatype) {
+    case NIFTI_TYPE_UINT8: return for_each_value_as<uint8_t>(bytes, n, scale, s, b, fn);
+    case NIFTI_TYPE_INT8: return for_each_value_as<int8_t>(bytes, n, scale, s, b, fn);
+    case NIFTI_TYPE_INT16: return for_each_value_as<int16_t>(bytes, n, scale, s, b, fn);
+    case NIFTI_TYPE_UINT16: return for_each_value_as<uint16_t>(bytes, n, scale, s, b, fn);
+    case NIFTI_TYPE_INT32: return for_each_value_as<int32_t>(bytes, n, scale, s, b, fn);
+    case NIFTI_TYPE_UINT32: return for_each_value_as<uint32_t>(bytes, n, scale, s, b, fn);
+    case NIFTI_TYPE_INT64: return for_each_value_as<int64_t>(bytes, n, scale, s, b, fn);
+    case NIFTI_TYPE_UINT64: return for_each_value_as<uint64_t>(bytes, n, scale, s, b, fn);
+    case NIFTI_TYPE_FLOAT32: return for_each_value_as<float>(bytes, n, scale, s, b, fn);
+    case NIFTI_TYPE_FLOAT64: return for_each_value_as<double>(bytes, n, scale, s, b, fn);
+    default: HG_FAIL("read_nifti: unsupported datatype " << datatype);
   }
 }
 
@@ -250,43 +340,167 @@ double mm_per_unit(int xyz_units) {
   }
 }
 
-}  // namespace
+// A header and the voxel bytes (native byte order), checked; the geometry in `geom`.
+struct RawVolume {
+  HeaderFacts facts;
+  float scl_slope = 0, scl_inter = 0;
+  std::vector<unsigned char> bytes;
+};
 
-Volume read_nifti(const std::string& path) {
+RawVolume read_raw(RawInput& raw, const std::string& name, const NiftiReadOptions& options, Volume* geom) {
+  const std::string where = "read_nifti: " + name + ": ";
+  HG_CHECK(has_nifti_extension(name), where << "expected a file name ending in .nii or .nii.gz");
+  HG_CHECK(options.max_voxels >= 1, where << "NiftiReadOptions::max_voxels is " << options.max_voxels << "; expected >= 1");
+  Stream in(raw, where);
+  HG_CHECK(!(in.gzip() && !ends_with(name, ".gz")),
+           where << "file is gzip-compressed but named .nii; expected the name to end in .nii.gz");
+
+  nifti_1_header file_hdr, h;
+  const size_t got = in.read(reinterpret_cast<unsigned char*>(&file_hdr), kNifti1HeaderBytes);
+  HG_CHECK(got == kNifti1HeaderBytes,
+           where << "file holds only " << got << (in.gzip() ? " bytes after decompression" : " bytes")
+                 << "; expected at least the " << kNifti1HeaderBytes << "-byte NIfTI-1 header");
+  RawVolume out;
+  out.facts = check_header(file_hdr, &h, where, options);
+  const HeaderFacts& f = out.facts;
+  const uint64_t total = f.offset + f.data_bytes;
+  if (!in.gzip())
+    HG_CHECK(raw.size() == total, where << "file is " << raw.size() << " bytes but vox_offset " << f.offset << " + "
+                                        << f.nx * f.ny * f.nz << " voxels x " << f.bytes_per_voxel << " bytes = " << total
+                                        << "; expected the sizes to agree (truncated or corrupt file)");
+
+  // nifticlib's own reading of the checked header: it must agree on what we read.
+  NiftiPtr nim(nifti_convert_nhdr2nim(file_hdr, name.c_str()));
+  HG_CHECK(nim != nullptr, where << "nifticlib rejected the header; expected a valid NIfTI-1 header");
+  HG_CHECK(nim->nx == f.nx && nim->ny == f.ny && nim->nz == f.nz && nim->nbyper == f.bytes_per_voxel &&
+               static_cast<uint64_t>(nim->iname_offset) == f.offset && nim->datatype == f.datatype,
+           where << "nifticlib reads the header as extents [" << nim->nx << ", " << nim->ny << ", " << nim->nz
+                 << "], offset " << nim->iname_offset << ", " << nim->nbyper << " bytes per voxel; the header says ["
+                 << f.nx << ", " << f.ny << ", " << f.nz << "], offset " << f.offset << ", " << f.bytes_per_voxel
+                 << "; expected them to agree");
+  out.scl_slope = h.scl_slope;
+  out.scl_inter = h.scl_inter;
+  const double mm = mm_per_unit(nim->xyz_units);
+  geom->spacing = {std::fabs(nim->dz) * mm, std::fabs(nim->dy) * mm, std::fabs(nim->dx) * mm};
+  for (double sp : geom->spacing)
+    HG_CHECK(std::isfinite(sp), where << "a voxel size in millimetres overflows (pixdim " << nim->dx << ", " << nim->dy
+                                      << ", " << nim->dz << " in units " << nim->xyz_units << "); expected finite");
+  const mat44& m = nim->sform_code > 0 ? nim->sto_xyz : nim->qto_xyz;
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) {
+      geom->affine[4 * r + c] = m.m[r][c] * (r < 3 ? mm : 1.0);
+      HG_CHECK(std::isfinite(geom->affine[4 * r + c]), where << "the affine built from the header holds a non-finite "
+                                                                "number; expected a valid qform or sform");
+    }
+
+  // The extension area between the header and vox_offset, then the voxels. A gzip file's buffer
+  // grows in chunks as data arrives, so a header that claims more than the stream holds costs
+  // only what the stream holds; a plain file's size was checked above.
+  std::vector<unsigned char> skip(std::min<uint64_t>(f.offset - kNifti1HeaderBytes, uint64_t{1} << 16));
+  for (uint64_t left = f.offset - kNifti1HeaderBytes; left > 0;) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(left, skip.size()));
+    const size_t k = in.read(skip.data(), want);
+    HG_CHECK(k == want, where << "truncated: the file ends at byte " << f.offset - left + k << ", before vox_offset "
+                              << f.offset << "; expected the voxel data there");
+    left -= k;
+  }
+  constexpr uint64_t kChunkBytes = uint64_t{1} << 24;
+  if (!in.gzip()) out.bytes.reserve(f.data_bytes);
+  while (out.bytes.size() < f.data_bytes) {
+    const size_t have = out.bytes.size();
+    const auto chunk = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, f.data_bytes - have));
+    out.bytes.resize(have + chunk);
+    const size_t k = in.read(out.bytes.data() + have, chunk);
+    HG_CHECK(k == chunk, where << "truncated or corrupt: " << have + k << " bytes of voxel data from offset " << f.offset
+                               << "; expected " << f.data_bytes << " (" << f.nx * f.ny * f.nz << " voxels x "
+                               << f.bytes_per_voxel << " bytes, extents " << dims_str(h.dim) << ")");
+  }
+  unsigned char extra;
+  HG_CHECK(in.read(&extra, 1) == 0, where << "holds more data than its header describes: more than vox_offset "
+                                          << f.offset << " + " << f.data_bytes << " bytes of voxel data"
+                                          << (in.gzip() ? " after decompression" : "")
+                                          << "; expected the file to end there (corrupt header?)");
+  if (f.swapped && f.bytes_per_voxel > 1)
+    nifti_swap_Nbytes(static_cast<size_t>(f.nx * f.ny * f.nz), f.bytes_per_voxel, out.bytes.data());
+  return out;
+}
+
+Volume to_image(RawVolume raw, Volume geom, const std::string& name) {
+  const HeaderFacts& f = raw.facts;
+  geom.data = Tensor::empty({f.nz, f.ny, f.nx}, kFloat32);
+  float* out = geom.data.data<float>();
+  for_each_value(f.datatype, raw.bytes.data(), f.nx * f.ny * f.nz, raw.scl_slope, raw.scl_inter, [&](int64_t i, double v) {
+    out[i] = static_cast<float>(v);
+    if (!std::isfinite(out[i])) {
+      const int64_t x = i % f.nx, y = (i / f.nx) % f.ny, z = i / (f.nx * f.ny);
+      HG_FAIL("read_nifti: " << name << ": voxel (z, y, x) = (" << z << ", " << y << ", " << x << ") is " << v
+                             << (std::isfinite(v) ? ", which overflows float32" : "") << "; expected finite image data");
+    }
+  });
+  return geom;
+}
+
+// Integers up to 2^53 are exact in double; labels beyond that could not be told apart.
+constexpr double kMaxExactLabel = 9007199254740992.0;
+
+Volume to_labels(RawVolume raw, Volume geom, const std::string& name, int64_t num_classes) {
+  const HeaderFacts& f = raw.facts;
+  geom.data = Tensor::empty({f.nz, f.ny, f.nx}, kInt64);
+  int64_t* out = geom.data.data<int64_t>();
+  for_each_value(f.datatype, raw.bytes.data(), f.nx * f.ny * f.nz, raw.scl_slope, raw.scl_inter, [&](int64_t i, double v) {
+    const bool integral = std::isfinite(v) && v == std::floor(v) && std::fabs(v) <= kMaxExactLabel;
+    const bool in_range = integral && (num_classes <= 0 || (v >= 0 && v < static_cast<double>(num_classes)));
+    if (!in_range) {
+      const int64_t x = i % f.nx, y = (i / f.nx) % f.ny, z = i / (f.nx * f.ny);
+      std::ostringstream expected;
+      if (!integral) expected << "an integer class label (scl_slope " << raw.scl_slope << ", scl_inter " << raw.scl_inter << ")";
+      else expected << "a class in [0, " << num_classes << ")";
+      HG_FAIL("read_label_nifti: " << name << ": voxel (i, j, k) = (" << x << ", " << y << ", " << z << ") holds "
+                                   << std::setprecision(17) << v << "; expected " << expected.str());
+    }
+    out[i] = static_cast<int64_t>(v);
+  });
+  return geom;
+}
+
+void check_file(const std::string& path) {
   const std::string where = "read_nifti: " + path + ": ";
   HG_CHECK(has_nifti_extension(path), where << "expected a file name ending in .nii or .nii.gz");
   std::error_code ec;
   HG_CHECK(fs::is_regular_file(path, ec), where << "file not found; expected an existing .nii or .nii.gz file");
-  peek_header(path);
-
-  NiftiPtr nim(nifti_image_read(path.c_str(), /*read_data=*/0));
-  HG_CHECK(nim != nullptr, where << "nifticlib rejected the header; expected a valid NIfTI-1 header");
-  const std::vector<unsigned char> bytes = read_voxel_bytes(path, *nim);
-
-  Volume vol;
-  vol.data = Tensor::empty({nim->nz, nim->ny, nim->nx}, kFloat32);
-  convert_voxels(*nim, bytes.data(), vol.data.data<float>(), path);
-
-  const double mm = mm_per_unit(nim->xyz_units);
-  vol.spacing = {std::fabs(nim->dz) * mm, std::fabs(nim->dy) * mm, std::fabs(nim->dx) * mm};
-  const mat44& m = nim->sform_code > 0 ? nim->sto_xyz : nim->qto_xyz;
-  for (int r = 0; r < 4; ++r)
-    for (int c = 0; c < 4; ++c) vol.affine[4 * r + c] = m.m[r][c] * (r < 3 ? mm : 1.0);
-  return vol;
 }
 
-Volume read_label_nifti(const std::string& path) {
-  Volume img = read_nifti(path);
-  Volume lab{Tensor::empty(img.data.shape(), kInt64), img.spacing, img.affine};
-  const float* in = img.data.data<float>();
-  int64_t* out = lab.data.data<int64_t>();
-  constexpr double kInt64Limit = 9.2e18;  // just below 2^63: larger values cannot be cast to int64
-  for (int64_t i = 0; i < img.data.numel(); ++i) {
-    HG_CHECK(std::fabs(in[i]) < kInt64Limit, "read_label_nifti: " << path << ": value " << in[i] << " at flat voxel "
-                                                                  << i << "; expected an integer class label");
-    out[i] = static_cast<int64_t>(std::nearbyint(in[i]));
-  }
-  return lab;
+}  // namespace
+
+Volume read_nifti(const std::string& path, const NiftiReadOptions& options) {
+  check_file(path);
+  FileInput raw(path, "read_nifti: " + path + ": ");
+  Volume geom;
+  RawVolume v = read_raw(raw, path, options, &geom);
+  return to_image(std::move(v), geom, path);
+}
+
+Volume read_label_nifti(const std::string& path, int64_t num_classes, const NiftiReadOptions& options) {
+  check_file(path);
+  FileInput raw(path, "read_nifti: " + path + ": ");
+  Volume geom;
+  RawVolume v = read_raw(raw, path, options, &geom);
+  return to_labels(std::move(v), geom, path, num_classes);
+}
+
+Volume read_nifti_buffer(const void* data, size_t n, const std::string& name, const NiftiReadOptions& options) {
+  MemoryInput raw(data, n);
+  Volume geom;
+  RawVolume v = read_raw(raw, name, options, &geom);
+  return to_image(std::move(v), geom, name);
+}
+
+Volume read_label_nifti_buffer(const void* data, size_t n, const std::string& name, int64_t num_classes,
+                               const NiftiReadOptions& options) {
+  MemoryInput raw(data, n);
+  Volume geom;
+  RawVolume v = read_raw(raw, name, options, &geom);
+  return to_labels(std::move(v), geom, name, num_classes);
 }
 
 void write_nifti(const std::string& path, const Volume& vol) {

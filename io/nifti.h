@@ -12,11 +12,18 @@
 // scl_inter even when scl_slope is 0; no file in the hippocampus set has slope 0, so both agree there.)
 //
 // Errors: every failure throws halfgrad::Error whose message starts "read_nifti: <path>:" (or
-// "write_nifti: <path>:") and says what was found and what was expected. Truncated files, files that
-// are not NIfTI-1, 4-D series, complex/RGB data and NaN/inf voxels are all reported this way; the
-// reader checks the header itself before handing it to nifticlib, so a short or corrupt file is an
-// error, never a crash. nifticlib parses the header and writes files; the voxel bytes are read here
-// (zlib), because nifticlib's loader silently zero-fills a truncated file and sets NaN/inf to 0.
+// "read_label_nifti: <path>:", "write_nifti: <path>:") and says what was found and what was
+// expected. A file is untrusted input: the header is checked field by field from its raw bytes
+// before nifticlib sees it (sizeof_hdr, magic, dim count and extents, datatype against bitpix,
+// pixdim, vox_offset an integer in [352, 2^26]: 64 MiB of header and extensions, and nifticlib cannot
+// represent 2^31 or more at all; finite scl_slope/scl_inter and qform/sform), the
+// voxel count is capped (NiftiReadOptions::max_voxels) before anything is allocated, and the file
+// must hold exactly vox_offset + voxels x bytes: a plain file by its size, a gzip file while it is
+// inflated (streaming: a stream longer than that stops at its first extra byte, and its trailer,
+// CRC-32 and length, is checked). Truncated files, files that are not NIfTI-1, 4-D series,
+// complex/RGB data and NaN/inf voxels are all reported this way, never a crash. nifticlib turns the
+// checked header into its geometry and writes files; the voxel bytes are read here (zlib), because
+// nifticlib's loader silently zero-fills a truncated file and sets NaN/inf to 0.
 #pragma once
 #include <array>
 #include <string>
@@ -37,22 +44,41 @@ struct Volume {
   std::array<double, 16> affine{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
 };
 
+/// Limits of the reader. max_voxels: 2^28 voxels (a 645^3 volume) by default, so that at most
+/// 2^31 bytes of voxel data (float64) are read and 1 GiB of float32 is returned; a header that
+/// claims more is an error before any allocation. Raise it for larger volumes.
+struct NiftiReadOptions {
+  int64_t max_voxels = int64_t{1} << 28;
+};
+
 /// Reads a 3-D NIfTI-1 image (.nii or .nii.gz) as float32 of shape (D, H, W) = (z, y, x).
 ///
 /// Any real scalar datatype is accepted and scl_slope/scl_inter are applied (see the file comment).
 /// Extents after the third must be 1 (a 4-D file with one volume is fine). Spacing and affine are
 /// converted to millimetres from the header's xyz units (unknown units are taken as mm).
 /// Throws halfgrad::Error naming `path` when the file is missing or unreadable, is not NIfTI-1
-/// (wrong sizeof_hdr or magic; NIfTI-2 is not supported), has fewer or more than 3 non-trivial
-/// dimensions, has a complex/RGB/binary/float128 datatype, is truncated, or holds NaN/inf (or a
-/// value that overflows float32 after scaling); the message gives the voxel (z, y, x) for the last.
-Volume read_nifti(const std::string& path);
+/// (wrong sizeof_hdr or magic; NIfTI-2 and .hdr/.img pairs are not supported), has fewer or more
+/// than 3 non-trivial dimensions, a complex/RGB/binary/float128 datatype or a bitpix that does not
+/// match it, a non-finite pixdim, scaling or qform/sform, a vox_offset outside [352, 2^26] or not an
+/// integer, more than options.max_voxels voxels, a size other than vox_offset + the voxel bytes
+/// (truncated, or longer), a corrupt gzip stream, or NaN/inf (or a value that overflows float32
+/// after scaling); the message gives the voxel (z, y, x) for the last.
+Volume read_nifti(const std::string& path, const NiftiReadOptions& options = {});
 
-/// Reads a label map: read_nifti, then each value rounded to the nearest integer (ties to even, as
-/// numpy's rint) and returned as int64 of shape (D, H, W). Labels stored as float32 (0.0, 1.0, ...)
-/// are therefore read exactly, as is any integer label below 2^24 (values pass through float32).
-/// Throws as read_nifti does, and for a value too large for int64.
-Volume read_label_nifti(const std::string& path);
+/// Reads a label map as int64 of shape (D, H, W): every value (after scl_slope/scl_inter, in double
+/// precision, so every integer label below 2^53 is exact) must be an integer, and, when
+/// num_classes > 0, in [0, num_classes). A label map is never rounded: a file stored with
+/// scl_slope 0.5 would turn class 2 into 1 and 1 into background. Throws as read_nifti does, and
+/// "read_label_nifti: <path>: voxel (i, j, k) = (x, y, z) holds 0.5; expected an integer class
+/// label" (i indexes x, the file's fastest axis) for a non-integer or out-of-range value.
+Volume read_label_nifti(const std::string& path, int64_t num_classes = 0, const NiftiReadOptions& options = {});
+
+/// read_nifti / read_label_nifti of n bytes in memory (a .nii file's bytes, or a .nii.gz file's
+/// gzip stream). `name` stands for the path in messages and must end in .nii or .nii.gz (gzip bytes
+/// need .nii.gz). The same checks and errors; used by the fuzzer (fuzz/nifti_fuzz.cpp).
+Volume read_nifti_buffer(const void* data, size_t n, const std::string& name, const NiftiReadOptions& options = {});
+Volume read_label_nifti_buffer(const void* data, size_t n, const std::string& name, int64_t num_classes = 0,
+                               const NiftiReadOptions& options = {});
 
 /// Writes `vol` as a float32 NIfTI-1 file; `path` must end in .nii or .nii.gz (gzip-compressed).
 ///

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_checked.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "nn/checkpoint.cpp writes tensor bytes in host order and assumes a little-endian host"
@@ -305,6 +306,8 @@ CheckpointState read_checkpoint(const std::string& path) {
     dst.emplace_back(name, t);
   }
   const uint64_t json_len = r.pod<uint64_t>("the extra JSON length");
+  HG_CHECK(json_len <= kMaxMetadataBytes, fn << "the extra JSON is " << json_len << " bytes; the limit is "
+                                             << kMaxMetadataBytes << " (corrupt file?)");
   HG_CHECK(json_len <= r.remaining(), fn << "file is truncated: the extra JSON needs " << json_len << " bytes but "
                                         << r.remaining() << " remain");
   const auto* jp = r.take(json_len, "the extra JSON");
@@ -316,16 +319,22 @@ CheckpointState read_checkpoint(const std::string& path) {
   HG_CHECK(h.digest() == stored, fn << "checksum mismatch: the file is corrupt (its structure parses, but its "
                                        "bytes differ from what was written)");
   if (json_len > 0) {
-    try {
-      state.extra = nlohmann::json::parse(reinterpret_cast<const char*>(jp), reinterpret_cast<const char*>(jp) + json_len);
-    } catch (const nlohmann::json::exception& e) {
-      HG_FAIL(fn << "the extra JSON does not parse: " << e.what());
-    }
+    json_checked::ParseLimits limits;
+    limits.max_bytes = kMaxMetadataBytes;
+    limits.max_depth = kMaxMetadataDepth;
+    state.extra = json_checked::parse(reinterpret_cast<const char*>(jp), json_len,
+                                      "read_checkpoint: " + path + ": the extra JSON", limits);
   }
   return state;
 }
 
 nlohmann::json read_checkpoint_metadata(const std::string& path) { return read_checkpoint(path).extra; }
+
+uint64_t checkpoint_checksum(const void* data, size_t n) {
+  Fnv64 h;
+  h.update(data, n);
+  return h.digest();
+}
 
 void save_checkpoint(const std::string& path, const Module& module, const nlohmann::json& extra,
                      const NamedTensors& extra_tensors) {

@@ -16,7 +16,8 @@
 //     name_len u32       1..4096, then the name's bytes (UTF-8, no terminator)
 //     shape    i64 x ndim
 //     nbytes   u64       = numel * dtype size, then the raw row-major element bytes
-//   json_len   u64       0 when there is no extra JSON, then its text (nlohmann::json::dump())
+//   json_len   u64       0 when there is no extra JSON, then its text (nlohmann::json::dump());
+//                        at most kMaxMetadataBytes, nested at most kMaxMetadataDepth deep
 //   checksum   u64       FNV-1a-64 of every preceding byte, hashed as 8-byte little-endian words
 //                        (a trailing partial word byte by byte)
 //
@@ -29,6 +30,13 @@
 // loading FP16-rounded values into FP32 master weights is exactly the bug mixed precision must avoid.
 // Every check runs before the first byte is copied, so on any error the module is unchanged.
 // Every error is a halfgrad::Error whose message starts with the function and the file's path.
+//
+// Files are untrusted input (the checksum is unkeyed: anyone can write a valid one). The reader
+// checks every length against the bytes that remain before allocating, numel * dtype size for
+// overflow, and parses the extra JSON only within the byte and depth limits below
+// (core/json_checked.h), so a crafted file gives an Error, never a crash or a huge allocation.
+// Read the metadata's fields through json_checked::Field, which names the file and the field on a
+// missing key or a wrong type.
 #pragma once
 #include <string>
 
@@ -37,6 +45,12 @@
 #include "nn/module.h"
 
 namespace halfgrad::nn {
+
+/// The extra JSON's limits. 1 GiB holds the metadata of any halfgrad-unet3d run (the AdamW state of
+/// the default 5.6M-parameter U-Net with FP32 master weights is about 90 MB of base64); 64 levels
+/// are ten times what it nests. Both are checked before nlohmann parses a byte.
+constexpr size_t kMaxMetadataBytes = size_t{1} << 30;
+constexpr int kMaxMetadataDepth = 64;
 
 /// Everything a checkpoint file holds.
 struct CheckpointState {
@@ -52,13 +66,19 @@ struct CheckpointState {
 void write_checkpoint(const std::string& path, const CheckpointState& state);
 
 /// Reads and validates a whole file (magic, version, every record's bounds, the checksum; duplicate
-/// names). Throws halfgrad::Error for a missing, unreadable, truncated, corrupt or foreign file.
+/// names; the extra JSON's size, depth and syntax). Throws halfgrad::Error for a missing,
+/// unreadable, truncated, corrupt or foreign file.
 /// The returned tensors are new CPU leaves that own their data.
 CheckpointState read_checkpoint(const std::string& path);
 
 /// read_checkpoint(path).extra: the JSON saved with the checkpoint (null when none), e.g. to rebuild
 /// the model from UNet3dOptions::from_json before load_checkpoint. Same errors as read_checkpoint.
 nlohmann::json read_checkpoint_metadata(const std::string& path);
+
+/// The format's checksum of n bytes (FNV-1a-64 over 8-byte little-endian words, see the layout
+/// above). It detects accidents, not forgeries: the fuzzer (fuzz/checkpoint_fuzz.cpp) uses it to
+/// make mutated files reach the parsing behind the checksum, as a crafted file would.
+uint64_t checkpoint_checksum(const void* data, size_t n);
 
 /// write_checkpoint of module.named_parameters(), module.named_buffers(), `extra_tensors`, `extra`.
 void save_checkpoint(const std::string& path, const Module& module, const nlohmann::json& extra = nullptr,

@@ -11,15 +11,6 @@
 
 namespace halfgrad::nn {
 
-const char* norm_kind_name(NormKind n) {
-  switch (n) {
-    case NormKind::Batch: return "batch";
-    case NormKind::Instance: return "instance";
-    case NormKind::None: return "none";
-  }
-  return "?";
-}
-
 // (Conv3d 3^3 pad 1 -> norm -> ReLU) x 2. The conv has no bias when a norm follows (the norm's shift
 // would cancel it), as in the reference; with no norm it keeps one.
 static std::shared_ptr<Sequential> conv_block(int64_t ci, int64_t co, NormKind norm, Generator& gen) {
@@ -90,48 +81,5 @@ Tensor UNet3d::forward(const Tensor& x) {
 }
 
 std::string UNet3d::extra_repr() const { return options.describe(); }
-
-// ---- UNet3dOptions as JSON --------------------------------------------------------------------------
-
-nlohmann::json UNet3dOptions::to_json() const {
-  return {{"in_channels", in_channels_}, {"num_classes", num_classes_}, {"channels", channels_},
-          {"bottleneck", bottleneck_},   {"norm", norm_kind_name(norm_)}};
-}
-
-UNet3dOptions UNet3dOptions::from_json(const nlohmann::json& j) {
-  HG_CHECK(j.is_object(), "UNet3dOptions::from_json: expected an object, got " << j.dump());
-  auto get_int = [&](const char* key) {
-    HG_CHECK(j.contains(key) && j.at(key).is_number_integer(),
-             "UNet3dOptions::from_json: key '" << key << "' is missing or not an integer in " << j.dump());
-    return j.at(key).get<int64_t>();
-  };
-  UNet3dOptions o;
-  o.in_channels(get_int("in_channels")).num_classes(get_int("num_classes")).bottleneck(get_int("bottleneck"));
-  HG_CHECK(j.contains("channels") && j.at("channels").is_array(),
-           "UNet3dOptions::from_json: key 'channels' is missing or not an array in " << j.dump());
-  std::vector<int64_t> ch;
-  for (const auto& c : j.at("channels")) {
-    HG_CHECK(c.is_number_integer(), "UNet3dOptions::from_json: 'channels' holds a non-integer in " << j.dump());
-    ch.push_back(c.get<int64_t>());
-  }
-  o.channels(ch);
-  HG_CHECK(j.contains("norm") && j.at("norm").is_string(),
-           "UNet3dOptions::from_json: key 'norm' is missing or not a string in " << j.dump());
-  const std::string norm = j.at("norm").get<std::string>();
-  bool found = false;
-  for (NormKind n : {NormKind::Batch, NormKind::Instance, NormKind::None})
-    if (norm == norm_kind_name(n)) { o.norm(n); found = true; }
-  HG_CHECK(found, "UNet3dOptions::from_json: norm '" << norm << "' is not batch, instance or none");
-  return o;
-}
-
-std::string UNet3dOptions::describe() const {
-  std::ostringstream os;
-  os << "channels {";
-  for (size_t i = 0; i < channels_.size(); ++i) os << (i ? ", " : "") << channels_[i];
-  os << "}, bottleneck " << bottleneck_ << ", norm " << norm_kind_name(norm_) << ", in " << in_channels_
-     << ", classes " << num_classes_;
-  return os.str();
-}
 
 }  // namespace halfgrad::nn

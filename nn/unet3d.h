@@ -27,6 +27,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_checked.h"
+
 #include "nn/containers.h"
 #include "nn/conv3d.h"
 #include "nn/module.h"
@@ -59,9 +61,18 @@ struct UNet3dOptions {
   /// {"in_channels": 1, "num_classes": 3, "channels": [16, 32, 64, 128], "bottleneck": 256,
   ///  "norm": "batch"}: what a checkpoint's metadata records to rebuild the model.
   nlohmann::json to_json() const;
-  /// The inverse of to_json; throws halfgrad::Error naming the key that is missing or of the wrong
-  /// type, or an unknown norm name.
+  /// The inverse of to_json, for untrusted input (a checkpoint's metadata). Throws halfgrad::Error
+  /// "<where>: field '<path>.<key>' must be an integer, got string" (json_checked::Field) for a
+  /// missing key or a wrong type, an unknown norm name, or a value outside the bounds below; the
+  /// message never holds a dump of the input. The first form names "UNet3dOptions::from_json" and
+  /// the top level; the second the file and path that `f` carries (e.g. checkpoint.bin, "model").
   static UNet3dOptions from_json(const nlohmann::json& j);
+  static UNet3dOptions from_json(const json_checked::Field& f);
+  /// from_json's bounds: every width, in_channels, num_classes and bottleneck in [1, 4096], and 1 to
+  /// 16 levels. Far above any 3-D U-Net in use, they stop a crafted file from making the
+  /// constructor ask for terabytes before the checkpoint's tensors are compared with the model.
+  static constexpr int64_t kMaxJsonWidth = 4096;
+  static constexpr size_t kMaxJsonLevels = 16;
   /// "channels {16, 32, 64, 128}, bottleneck 256, norm batch, in 1, classes 3", for logs.
   std::string describe() const;
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "autograd/node.h"
 #include "core/error.h"
@@ -33,13 +34,18 @@ nlohmann::json AdamWOptions::to_json() const {
           {"master_weights", master_weights_}};  // halfgrad's key; PyTorch ignores unknown group keys
 }
 
-void AdamWOptions::from_json(const nlohmann::json& j) {
-  HG_CHECK(!j.value("amsgrad", false), "AdamW::load_state_dict: amsgrad=true is not supported");
-  lr_ = j.at("lr").get<double>();
-  betas_ = {j.at("betas").at(0).get<double>(), j.at("betas").at(1).get<double>()};
-  eps_ = j.at("eps").get<double>();
-  weight_decay_ = j.at("weight_decay").get<double>();
-  master_weights_ = j.value("master_weights", true);  // absent in PyTorch's dicts
+void AdamWOptions::from_json(const json_checked::Field& j) {
+  j.require_object();
+  if (j.has("amsgrad", /*null_is_absent=*/true) && j["amsgrad"].as_bool())
+    j["amsgrad"].fail("is true; amsgrad is not supported");
+  lr_ = j["lr"].as_number();
+  const json_checked::Field betas = j["betas"];
+  betas.require_array("an array [beta1, beta2]");
+  if (betas.size() != 2) betas.fail("has " + std::to_string(betas.size()) + " elements; expected [beta1, beta2]");
+  betas_ = {betas[0].as_number(), betas[1].as_number()};
+  eps_ = j["eps"].as_number();
+  weight_decay_ = j["weight_decay"].as_number();
+  master_weights_ = j.has("master_weights") ? j["master_weights"].as_bool() : true;  // absent in PyTorch's dicts
 }
 
 nlohmann::json AdamWParamState::to_json() const {
@@ -50,11 +56,11 @@ nlohmann::json AdamWParamState::to_json() const {
   return j;
 }
 
-void AdamWParamState::from_json(const nlohmann::json& j) {
+void AdamWParamState::from_json(const json_checked::Field& j) {
   OptimizerParamState::from_json(j);
-  step = j.at("step").get<int64_t>();
-  exp_avg = tensor_from_json(j.at("exp_avg"), "AdamW::load_state_dict: exp_avg");
-  exp_avg_sq = tensor_from_json(j.at("exp_avg_sq"), "AdamW::load_state_dict: exp_avg_sq");
+  step = j["step"].as_int(0, std::numeric_limits<int64_t>::max());
+  exp_avg = tensor_from_json(j["exp_avg"]);
+  exp_avg_sq = tensor_from_json(j["exp_avg_sq"]);
 }
 
 void AdamWParamState::check_matches(const Tensor& param, const std::string& where) const {

@@ -55,7 +55,7 @@ class AdamWOptions : public OptimizerOptions {
   /// As torch.optim.AdamW: 0 <= lr, 0 <= eps, 0 <= beta1 < 1, 0 <= beta2 < 1, 0 <= weight_decay.
   void validate() const override;
   nlohmann::json to_json() const override;
-  void from_json(const nlohmann::json& j) override;
+  void from_json(const json_checked::Field& j) override;
 
  private:
   double lr_;
@@ -72,7 +72,7 @@ struct AdamWParamState : OptimizerParamState {
   /// As the base, but also accepts the pure-FP16 layout of master_weights(false): a Float16 parameter
   /// without a master and with Float16 moments of its shape.
   nlohmann::json to_json() const override;
-  void from_json(const nlohmann::json& j) override;
+  void from_json(const json_checked::Field& j) override;
   void check_matches(const Tensor& param, const std::string& where) const override;
   std::vector<Tensor*> tensors() override { return {&master, &exp_avg, &exp_avg_sq}; }
 };

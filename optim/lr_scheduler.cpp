@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/json_checked.h"
 
 namespace halfgrad::optim {
 
@@ -59,10 +60,17 @@ nlohmann::json LRScheduler::state_dict() const {
 }
 
 void LRScheduler::load_state_dict(const nlohmann::json& sd) {
-  last_epoch_ = sd.at("last_epoch").get<int64_t>();
-  step_count_ = sd.at("_step_count").get<int64_t>();
-  base_lrs_ = sd.at("base_lrs").get<std::vector<double>>();
-  last_lr_ = sd.at("_last_lr").get<std::vector<double>>();
+  // Parsed into locals first, so that a bad field leaves the scheduler as it was.
+  const json_checked::Field f(sd, "LRScheduler::load_state_dict");
+  f.require_object();
+  const int64_t last_epoch = f["last_epoch"].as_int();
+  const int64_t step_count = f["_step_count"].as_int();
+  std::vector<double> base_lrs = f["base_lrs"].as_number_list();
+  std::vector<double> last_lr = f["_last_lr"].as_number_list();
+  last_epoch_ = last_epoch;
+  step_count_ = step_count;
+  base_lrs_ = std::move(base_lrs);
+  last_lr_ = std::move(last_lr);
 }
 
 // ---- StepLR -----------------------------------------------------------------------------------
@@ -192,13 +200,19 @@ nlohmann::json SequentialLR::state_dict() const {
 }
 
 void SequentialLR::load_state_dict(const nlohmann::json& sd) {
-  HG_CHECK(sd.at("_schedulers").size() == schedulers_.size(),
-           "SequentialLR::load_state_dict: " << sd.at("_schedulers").size() << " saved schedulers for "
-                                             << schedulers_.size());
-  last_epoch_ = sd.at("last_epoch").get<int64_t>();
-  milestones_ = sd.at("_milestones").get<std::vector<int64_t>>();
-  last_lr_ = sd.at("_last_lr").get<std::vector<double>>();
-  for (size_t i = 0; i < schedulers_.size(); ++i) schedulers_[i]->load_state_dict(sd.at("_schedulers")[i]);
+  const json_checked::Field f(sd, "SequentialLR::load_state_dict");
+  f.require_object();
+  const json_checked::Field schedulers = f["_schedulers"];
+  schedulers.require_array();
+  HG_CHECK(schedulers.size() == schedulers_.size(),
+           "SequentialLR::load_state_dict: " << schedulers.size() << " saved schedulers for " << schedulers_.size());
+  const int64_t last_epoch = f["last_epoch"].as_int();
+  std::vector<int64_t> milestones = f["_milestones"].as_int_list();
+  std::vector<double> last_lr = f["_last_lr"].as_number_list();
+  last_epoch_ = last_epoch;
+  milestones_ = std::move(milestones);
+  last_lr_ = std::move(last_lr);
+  for (size_t i = 0; i < schedulers_.size(); ++i) schedulers_[i]->load_state_dict(schedulers[i].value());
 }
 
 std::unique_ptr<SequentialLR> cosine_with_warmup(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps,

@@ -16,8 +16,9 @@ nlohmann::json OptimizerParamState::to_json() const {
   return j;
 }
 
-void OptimizerParamState::from_json(const nlohmann::json& j) {
-  master = j.contains("master") ? tensor_from_json(j.at("master"), "load_state_dict: master") : Tensor();
+void OptimizerParamState::from_json(const json_checked::Field& j) {
+  j.require_object();
+  master = j.has("master") ? tensor_from_json(j["master"]) : Tensor();
 }
 
 void OptimizerParamState::check_matches(const Tensor& param, const std::string& where) const {
@@ -132,30 +133,37 @@ nlohmann::json Optimizer::state_dict() const {
 }
 
 void Optimizer::load_state_dict(const nlohmann::json& sd) {
-  HG_CHECK(sd.is_object() && sd.contains("state") && sd.contains("param_groups"),
-           name_ << "::load_state_dict: expected an object with \"state\" and \"param_groups\"");
-  const auto& groups = sd.at("param_groups");
+  const json_checked::Field root(sd, std::string(name_) + "::load_state_dict");
+  root.require_object("an object with \"state\" and \"param_groups\"");
+  const json_checked::Field groups = root["param_groups"];
+  const json_checked::Field saved_state = root["state"];
+  groups.require_array();
+  saved_state.require_object();
   HG_CHECK(groups.size() == param_groups_.size(), name_ << "::load_state_dict: loaded state dict has "
                                                           << groups.size() << " parameter groups; the optimizer has "
                                                           << param_groups_.size());
   // Parse everything first, so that a bad entry leaves the optimizer as it was.
   std::vector<std::unique_ptr<OptimizerOptions>> options;
+  std::vector<std::optional<double>> initial_lrs;
   std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>> state;
   int64_t index = 0;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const auto& params = param_groups_[gi].params();
-    HG_CHECK(groups[gi].at("params").size() == params.size(),
-             name_ << "::load_state_dict: loaded group " << gi << " has " << groups[gi].at("params").size()
+    const json_checked::Field group = groups[gi];
+    group.require_object();
+    HG_CHECK(group["params"].size() == params.size(),
+             name_ << "::load_state_dict: loaded group " << gi << " has " << group["params"].size()
                    << " parameters; the optimizer's has " << params.size());
     auto o = defaults_->clone();
-    o->from_json(groups[gi]);
+    o->from_json(group);
     o->validate();
     options.push_back(std::move(o));
+    initial_lrs.push_back(group.has("initial_lr") ? std::optional<double>(group["initial_lr"].as_number()) : std::nullopt);
     for (const Tensor& p : params) {
       const std::string key = std::to_string(index++);
-      if (!sd.at("state").contains(key)) continue;
+      if (!saved_state.has(key)) continue;
       auto s = make_param_state();
-      s->from_json(sd.at("state").at(key));
+      s->from_json(saved_state[key]);
       s->check_matches(p, name_ + std::string("::load_state_dict: parameter ") + key);
       // Saved as host NCDHW: back onto the parameter's device and into its memory format.
       for (Tensor* t : s->tensors())
@@ -165,7 +173,7 @@ void Optimizer::load_state_dict(const nlohmann::json& sd) {
   }
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     param_groups_[gi].set_options(std::move(options[gi]));
-    if (groups[gi].contains("initial_lr")) param_groups_[gi].initial_lr = groups[gi].at("initial_lr").get<double>();
+    if (initial_lrs[gi]) param_groups_[gi].initial_lr = *initial_lrs[gi];
   }
   state_ = std::move(state);
 }

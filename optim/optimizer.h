@@ -38,6 +38,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_checked.h"
+
 #include "core/tensor.h"
 
 namespace halfgrad::optim {
@@ -54,8 +56,9 @@ class OptimizerOptions {
   virtual void validate() const = 0;
   /// The options as a JSON object ({"lr": ..., "weight_decay": ...}), without "params".
   virtual nlohmann::json to_json() const = 0;
-  /// Read back what to_json wrote.
-  virtual void from_json(const nlohmann::json& j) = 0;
+  /// Read back what to_json wrote. `j` is untrusted (a checkpoint's metadata): a missing key or a
+  /// wrong type throws halfgrad::Error naming the field (json_checked::Field).
+  virtual void from_json(const json_checked::Field& j) = 0;
 };
 
 /// Per-parameter state. `master` is the FP32 master weight of a Float16 parameter (undefined for
@@ -65,7 +68,8 @@ struct OptimizerParamState {
   Tensor master;
   /// The state as a JSON object (tensors in base64, see tensor_json.h).
   virtual nlohmann::json to_json() const;
-  virtual void from_json(const nlohmann::json& j);
+  /// Read back what to_json wrote; errors as OptimizerOptions::from_json.
+  virtual void from_json(const json_checked::Field& j);
   /// Throws unless the loaded state fits `param`: a master exactly when the parameter is Float16,
   /// and buffers of the parameter's shape in its update dtype (FP32 for a Float16 parameter).
   virtual void check_matches(const Tensor& param, const std::string& where) const;
@@ -147,7 +151,9 @@ class Optimizer {
   /// {"state": {"<index>": {...}}, "param_groups": [{<options>, "params": [indices]}]}.
   nlohmann::json state_dict() const;
   /// Restore options and state saved by state_dict() from an optimizer over parameters of the same
-  /// groups, counts, shapes and dtypes (checked; nothing changes if a check fails).
+  /// groups, counts, shapes and dtypes (checked; nothing changes if a check fails). A missing key
+  /// or a wrong type throws halfgrad::Error "<Name>::load_state_dict: field 'param_groups[0].lr'
+  /// must be a number, got string", never nlohmann's own exception.
   void load_state_dict(const nlohmann::json& state_dict);
 
  protected:

@@ -25,12 +25,13 @@ nlohmann::json SGDOptions::to_json() const {
           {"nesterov", nesterov_}};
 }
 
-void SGDOptions::from_json(const nlohmann::json& j) {
-  lr_ = j.at("lr").get<double>();
-  momentum_ = j.at("momentum").get<double>();
-  dampening_ = j.at("dampening").get<double>();
-  weight_decay_ = j.at("weight_decay").get<double>();
-  nesterov_ = j.at("nesterov").get<bool>();
+void SGDOptions::from_json(const json_checked::Field& j) {
+  j.require_object();
+  lr_ = j["lr"].as_number();
+  momentum_ = j["momentum"].as_number();
+  dampening_ = j["dampening"].as_number();
+  weight_decay_ = j["weight_decay"].as_number();
+  nesterov_ = j["nesterov"].as_bool();
 }
 
 nlohmann::json SGDParamState::to_json() const {
@@ -39,10 +40,10 @@ nlohmann::json SGDParamState::to_json() const {
   return j;
 }
 
-void SGDParamState::from_json(const nlohmann::json& j) {
+void SGDParamState::from_json(const json_checked::Field& j) {
   OptimizerParamState::from_json(j);
-  const auto& b = j.at("momentum_buffer");
-  momentum_buffer = b.is_null() ? Tensor() : tensor_from_json(b, "SGD::load_state_dict: momentum_buffer");
+  const json_checked::Field b = j["momentum_buffer"];
+  momentum_buffer = b.value().is_null() ? Tensor() : tensor_from_json(b);
 }
 
 void SGDParamState::check_matches(const Tensor& param, const std::string& where) const {

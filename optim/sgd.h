@@ -37,7 +37,7 @@ class SGDOptions : public OptimizerOptions {
   /// As torch.optim.SGD: lr, momentum, weight_decay >= 0; nesterov needs momentum > 0 and dampening 0.
   void validate() const override;
   nlohmann::json to_json() const override;
-  void from_json(const nlohmann::json& j) override;
+  void from_json(const json_checked::Field& j) override;
 
  private:
   double lr_;
@@ -50,7 +50,7 @@ class SGDOptions : public OptimizerOptions {
 struct SGDParamState : OptimizerParamState {
   Tensor momentum_buffer;  // undefined until the first step with momentum != 0
   nlohmann::json to_json() const override;
-  void from_json(const nlohmann::json& j) override;
+  void from_json(const json_checked::Field& j) override;
   void check_matches(const Tensor& param, const std::string& where) const override;
   std::vector<Tensor*> tensors() override { return {&master, &momentum_buffer}; }
 };

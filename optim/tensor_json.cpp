@@ -62,18 +62,35 @@ nlohmann::json tensor_to_json(const Tensor& t) {
           {"base64", base64_encode(static_cast<const uint8_t*>(h.raw_data()), h.nbytes())}};
 }
 
-Tensor tensor_from_json(const nlohmann::json& j, const std::string& where) {
-  HG_CHECK(j.is_object() && j.contains("dtype") && j.contains("shape") && j.contains("base64"),
-           where << ": expected a tensor object {\"dtype\", \"shape\", \"base64\"}, got " << j.dump().substr(0, 80));
-  const Dtype d = dtype_from_name(j.at("dtype").get<std::string>(), where);
-  const Shape shape = j.at("shape").get<Shape>();
-  const std::vector<uint8_t> bytes = base64_decode(j.at("base64").get<std::string>(), where);
+Tensor tensor_from_json(const json_checked::Field& j) {
+  j.require_object("a tensor object {\"dtype\", \"shape\", \"base64\"}");
+  const std::string where = j.where() + ": " + (j.path().empty() ? std::string("the tensor") : "'" + j.path() + "'");
+  const Dtype d = dtype_from_name(j["dtype"].as_string(), where);
+  const json_checked::Field shape_field = j["shape"];
+  const Shape shape = shape_field.as_int_list();
+  constexpr int64_t kMaxNumel = int64_t{1} << 40;  // far beyond any state; keeps numel * 8 from overflowing
+  int64_t numel = 1;
+  if (shape.size() > 8) shape_field.fail("has " + std::to_string(shape.size()) + " dimensions; expected at most 8");
+  for (int64_t e : shape) {
+    if (e < 0) shape_field.fail("holds the negative extent " + std::to_string(e) + "; expected extents >= 0");
+    if (e != 0 && numel > kMaxNumel / e) shape_field.fail("is too large (more than 2^40 elements)");
+    numel *= e;
+  }
+  const std::string text = j["base64"].as_string();
+  const uint64_t want = static_cast<uint64_t>(numel) * dtype_size(d);
+  HG_CHECK(text.size() / 4 * 3 >= want && text.size() / 4 * 3 <= want + 2,
+           where << ": " << text.size() << " base64 characters cannot hold the " << want << " bytes of a "
+                 << dtype_name(d) << " tensor of shape " << shape_str(shape));
+  const std::vector<uint8_t> bytes = base64_decode(text, where);
+  HG_CHECK(bytes.size() == want, where << ": " << bytes.size() << " bytes of data for a " << dtype_name(d)
+                                       << " tensor of shape " << shape_str(shape) << " (" << want << " bytes)");
   Tensor t = Tensor::empty(shape, d);
-  HG_CHECK(bytes.size() == t.nbytes(), where << ": " << bytes.size() << " bytes of data for a " << dtype_name(d)
-                                             << " tensor of shape " << shape_str(shape) << " (" << t.nbytes()
-                                             << " bytes)");
   if (!bytes.empty()) std::memcpy(t.raw_data(), bytes.data(), bytes.size());
   return t;
+}
+
+Tensor tensor_from_json(const nlohmann::json& j, const std::string& where) {
+  return tensor_from_json(json_checked::Field(j, where));
 }
 
 }  // namespace halfgrad::optim

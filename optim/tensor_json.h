@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_checked.h"
 #include "core/tensor.h"
 
 namespace halfgrad::optim {
@@ -22,8 +23,11 @@ std::vector<uint8_t> base64_decode(const std::string& text, const std::string& w
 /// A CUDA or channels-last tensor is saved as its host copy in NCDHW order (the form tensor_from_json
 /// returns: a contiguous CPU tensor).
 nlohmann::json tensor_to_json(const Tensor& t);
-/// Throws halfgrad::Error naming `where` when a field is missing, the dtype is unknown, or the byte
-/// count does not match the shape and dtype.
+/// Throws halfgrad::Error naming the file and field `j` carries when a field is missing or of the
+/// wrong type, the dtype is unknown, the shape has a negative extent or more than 2^40 elements,
+/// or the byte count does not match the shape and dtype (checked before allocating).
+Tensor tensor_from_json(const json_checked::Field& j);
+/// tensor_from_json(json_checked::Field(j, where)).
 Tensor tensor_from_json(const nlohmann::json& j, const std::string& where);
 
 }  // namespace halfgrad::optim

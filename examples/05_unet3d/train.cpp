@@ -26,6 +26,7 @@
 #include "core/nvtx.h"
 #include "examples/05_unet3d/data.h"
 #include "examples/05_unet3d/metrics.h"
+#include "core/json_checked.h"
 #include "nn/checkpoint.h"
 #include "nn/unet3d.h"
 #include "autograd/node.h"
@@ -339,21 +340,26 @@ int run_eval(const EvalArgs& a) {
     HG_CHECK(meta.is_object() && meta.contains(key),
              "halfgrad-unet3d eval: " << a.checkpoint << " has no \"" << key
                                       << "\" in its metadata; expected a checkpoint written by halfgrad-unet3d train");
-  Recipe r = recipe_by_name(meta.at("recipe").get<std::string>());
-  r.model = nn::UNet3dOptions::from_json(meta.at("model"));
-  r.volume_shape = meta.at("volume_shape").get<std::array<int64_t, 3>>();
+  // The metadata is untrusted: every field is type-checked, and an error names the file and field.
+  const json_checked::Field m(meta, "halfgrad-unet3d eval: " + a.checkpoint);
+  Recipe r = recipe_by_name(m["recipe"].as_string());
+  r.model = nn::UNet3dOptions::from_json(m["model"]);
+  const json_checked::Field shape = m["volume_shape"];
+  shape.require_array("an array [D, H, W]");
+  if (shape.size() != 3) shape.fail("has " + std::to_string(shape.size()) + " elements; expected [D, H, W]");
+  for (size_t d = 0; d < 3; ++d) r.volume_shape[d] = shape[d].as_int(1, 4096);
   const Placement where = make_placement(a.device, "ndhwc", "eval");
   auto model = std::make_shared<nn::UNet3d>(r.model);
   // The level decides the parameters' dtypes, which the checkpoint must match (older checkpoints
   // have only "amp": O1 or O0).
-  const amp::OptLevel level = meta.contains("opt_level")
-                                  ? amp::opt_level_from_name(meta.at("opt_level").get<std::string>())
-                                  : (meta.value("amp", false) ? amp::OptLevel::O1 : amp::OptLevel::O0);
+  const amp::OptLevel level = m.has("opt_level") ? amp::opt_level_from_name(m["opt_level"].as_string())
+                              : (m.has("amp") && m["amp"].as_bool()) ? amp::OptLevel::O1
+                                                                     : amp::OptLevel::O0;
   const amp::OptLevelSetup mp = amp::apply_opt_level_to_model(level, *model);
   nn::load_checkpoint(a.checkpoint, *model);
   model->to(where.device);
-  apply_fp32_lists(level, meta.value("fp32_ops", std::vector<std::string>{}),
-                   meta.value("fp32_modules", std::vector<std::string>{}), model.get());
+  apply_fp32_lists(level, m.has("fp32_ops") ? m["fp32_ops"].as_string_list() : std::vector<std::string>{},
+                   m.has("fp32_modules") ? m["fp32_modules"].as_string_list() : std::vector<std::string>{}, model.get());
   SegData data = a.data.empty() ? load_default_data(r) : load_msd_data(a.data, r, true);
   HG_CHECK(data.num_classes == r.model.num_classes(),
            "halfgrad-unet3d eval: " << data.source << " has " << data.num_classes << " classes but checkpoint "

@@ -207,6 +207,16 @@ TEST_CASE("amp: GradScaler state_dict round trip") {
   amp::GradScaler disabled(amp::GradScalerOptions().enabled(false));
   CHECK(disabled.state_dict().empty());
   CHECK_THROWS_AS(restored.load_state_dict(disabled.state_dict()), Error);
+  // A field of the wrong type is named, and nothing is set (the scale is unchanged).
+  const double before = restored.get_scale();
+  nlohmann::json bad = sd;
+  bad["growth_interval"] = "5";
+  CHECK_THROWS_WITH_AS(restored.load_state_dict(bad),
+                       "GradScaler::load_state_dict: field 'growth_interval' must be an integer, got string \"5\"", Error);
+  bad = sd;
+  bad["_growth_tracker"] = -1;
+  CHECK_THROWS_WITH_AS(restored.load_state_dict(bad), doctest::Contains("field '_growth_tracker' is -1"), Error);
+  CHECK(restored.get_scale() == before);
 }
 
 TEST_CASE("amp: GradScaler disabled is a pass-through") {

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <nifti1_io.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <cstring>
@@ -86,6 +87,33 @@ inline std::string read_bytes(const std::string& path) {
 }
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// Writes `bytes` gzip-compressed (one member), as a .nii.gz writer would.
+inline void write_gz(const std::string& path, const std::string& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+  REQUIRE(gzclose(f) == Z_OK);
+}
+
+/// The decompressed bytes of a .nii.gz file.
+inline std::string read_gz(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  REQUIRE(f != nullptr);
+  std::string out;
+  char buf[4096];
+  int n;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  gzclose(f);
+  return out;
+}
+
+/// Overwrites sizeof(T) bytes of a NIfTI header at byte `offset` with `value` (native order).
+template <typename T>
+void poke(std::string& bytes, size_t offset, T value) {
+  REQUIRE(offset + sizeof(T) <= bytes.size());
+  std::memcpy(bytes.data() + offset, &value, sizeof(T));
 }
 
 }  // namespace halfgrad::io::test

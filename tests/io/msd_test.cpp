@@ -77,21 +77,21 @@ TEST_CASE("io msd: missing or malformed dataset.json is an error naming it") {
   nlohmann::json bad = ds;
   bad.erase("labels");
   save(dir, bad);
-  check_mentions(error_message([&] { load_msd(dir.file("")); }), {dir.file("dataset.json"), "no \"labels\" map"});
+  check_mentions(error_message([&] { load_msd(dir.file("")); }), {dir.file("dataset.json"), "field 'labels' is missing"});
   bad = ds;
   bad["labels"] = {{"0", "background"}, {"2", "b"}};
   save(dir, bad);
   check_mentions(error_message([&] { load_msd(dir.file("")); }),
-                 {dir.file("dataset.json"), "no string entry \"1\"", "expected keys \"0\" .. \"1\""});
+                 {dir.file("dataset.json"), "field 'labels' has 2 entries but no key \"1\"", "expected keys \"0\" .. \"1\""});
   bad = ds;
   bad.erase("training");
   save(dir, bad);
-  check_mentions(error_message([&] { load_msd(dir.file("")); }), {dir.file("dataset.json"), "no \"training\" list"});
+  check_mentions(error_message([&] { load_msd(dir.file("")); }), {dir.file("dataset.json"), "field 'training' is missing"});
   bad = ds;
   bad["training"][1].erase("label");
   save(dir, bad);
   check_mentions(error_message([&] { load_msd(dir.file("")); }),
-                 {dir.file("dataset.json"), "training[1] has no string \"label\""});
+                 {dir.file("dataset.json"), "field 'training[1].label' is missing"});
 }
 
 TEST_CASE("io msd: a listed file that does not exist is an error naming it") {
@@ -100,11 +100,11 @@ TEST_CASE("io msd: a listed file that does not exist is an error naming it") {
   ds["training"].push_back({{"image", "./imagesTr/c.nii.gz"}, {"label", "./labelsTr/c.nii.gz"}});
   save(dir, ds);
   check_mentions(error_message([&] { load_msd(dir.file("")); }),
-                 {dir.file("imagesTr/c.nii.gz"), "listed in " + dir.file("dataset.json"), "not found"});
+                 {dir.file("dataset.json"), "field 'training[2].image' names " + dir.file("imagesTr/c.nii.gz"), "not an existing regular file"});
   std::filesystem::remove(dir.file("labelsTr/b.nii.gz"));
   ds["training"].erase(2);
   save(dir, ds);
-  check_mentions(error_message([&] { load_msd(dir.file("")); }), {dir.file("labelsTr/b.nii.gz"), "not found"});
+  check_mentions(error_message([&] { load_msd(dir.file("")); }), {dir.file("labelsTr/b.nii.gz"), "not an existing regular file"});
 }
 
 TEST_CASE("io msd: a pair listed twice in dataset.json is an error naming it") {
@@ -113,7 +113,89 @@ TEST_CASE("io msd: a pair listed twice in dataset.json is an error naming it") {
   ds["training"].push_back(ds["training"][0]);
   save(dir, ds);
   check_mentions(error_message([&] { load_msd(dir.file("")); }),
-                 {dir.file("dataset.json"), "./imagesTr/a.nii.gz", "listed twice"});
+                 {dir.file("dataset.json"), "field 'training[2].image' names imagesTr/a.nii.gz",
+                  "already listed as 'training[0].image'", "both the training and the validation split"});
+}
+
+TEST_CASE("io msd: the same pair as ./imagesTr/x.nii.gz and imagesTr/x.nii.gz, or through a link, is an error") {
+  // Sorted by the entry string, "./imagesTr/a" and "imagesTr/a" are not neighbours: the check
+  // compares normalised paths, and files by device and inode.
+  TempDir dir;
+  nlohmann::json ds = make_dataset(dir, {"a.nii.gz", "b.nii.gz", "c.nii.gz"});
+  ds["training"].push_back({{"image", "imagesTr/a.nii.gz"}, {"label", "labelsTr//a.nii.gz"}});
+  save(dir, ds);
+  check_mentions(error_message([&] { load_msd(dir.file("")); }),
+                 {dir.file("dataset.json"), "field 'training[3].image' names imagesTr/a.nii.gz",
+                  "already listed as 'training[0].image'"});
+  ds["training"][3] = {{"image", "./imagesTr/./d/../b.nii.gz"}, {"label", "./labelsTr/b.nii.gz"}};
+  save(dir, ds);
+  check_mentions(error_message([&] { load_msd(dir.file("")); }),
+                 {"field 'training[3].image' names imagesTr/b.nii.gz", "already listed as 'training[1].image'"});
+  // A second name for the same file: a hard link, and a symbolic link.
+  std::filesystem::create_hard_link(dir.file("imagesTr/a.nii.gz"), dir.file("imagesTr/a_copy.nii.gz"));
+  std::filesystem::create_symlink(dir.file("labelsTr/c.nii.gz"), dir.file("labelsTr/c_link.nii.gz"));
+  ds["training"][3] = {{"image", "./imagesTr/a_copy.nii.gz"}, {"label", "./labelsTr/a_copy.nii.gz"}};
+  save(dir, ds);
+  check_mentions(error_message([&] { load_msd(dir.file("")); }),
+                 {"field 'training[3].image' names " + dir.file("imagesTr/a_copy.nii.gz"),
+                  "the same file (same device and inode) as 'training[0].image'"});
+  std::filesystem::copy_file(dir.file("imagesTr/a.nii.gz"), dir.file("imagesTr/d.nii.gz"));
+  ds["training"][3] = {{"image", "./imagesTr/d.nii.gz"}, {"label", "./labelsTr/c_link.nii.gz"}};
+  save(dir, ds);
+  check_mentions(error_message([&] { load_msd(dir.file("")); }),
+                 {"field 'training[3].label'", "same device and inode", "'training[2].label'"});
+  // Unique again: loads, four pairs.
+  std::filesystem::copy_file(dir.file("labelsTr/a.nii.gz"), dir.file("labelsTr/d.nii.gz"));
+  ds["training"][3]["label"] = "./labelsTr/d.nii.gz";
+  save(dir, ds);
+  CHECK(load_msd(dir.file("")).pairs.size() == 4);
+}
+
+TEST_CASE("io msd: dataset.json fields of the wrong type, paths leaving the folder and deep nesting name the field") {
+  TempDir dir;
+  const nlohmann::json ds = make_dataset(dir, {"a.nii.gz", "b.nii.gz"});
+  auto check_bad = [&](const nlohmann::json& bad, const std::vector<std::string>& parts) {
+    save(dir, bad);
+    const std::string msg = error_message([&] { load_msd(dir.file("")); });
+    check_mentions(msg, parts);
+    check_mentions(msg, {dir.file("dataset.json")});
+    CHECK_MESSAGE(msg.find("json.exception") == std::string::npos, msg);
+  };
+  nlohmann::json bad = ds;
+  bad["training"][1]["image"] = 42;
+  check_bad(bad, {"field 'training[1].image' must be a string, got integer 42"});
+  bad = ds;
+  bad["name"] = {1, 2};
+  check_bad(bad, {"field 'name' must be a string, got array"});
+  bad = ds;
+  bad["labels"]["1"] = nullptr;
+  check_bad(bad, {"field 'labels.1' must be a string, got null"});
+  bad = ds;
+  bad["training"] = {{"image", "x"}};
+  check_bad(bad, {"field 'training' must be an array"});
+  bad = ds;
+  bad["training"][0] = "./imagesTr/a.nii.gz";
+  check_bad(bad, {"field 'training[0]' must be an object", "got string \"./imagesTr/a.nii.gz\""});
+  bad = ds;
+  bad["training"][0]["image"] = "/etc/passwd";
+  check_bad(bad, {"field 'training[0].image' is the absolute path \"/etc/passwd\"", "relative to the dataset folder"});
+  bad = ds;
+  bad["training"][0]["label"] = "./labelsTr/../../a.nii.gz";
+  check_bad(bad, {"field 'training[0].label'", "which leaves the dataset folder"});
+  bad = ds;
+  bad["training"][0]["label"] = std::string("./labelsTr/a.nii.gz\0.txt", 24);
+  check_bad(bad, {"field 'training[0].label'", "control character"});
+  check_bad(nlohmann::json::array(), {"the top level must be an object (an MSD dataset.json), got array"});
+
+  // 100,000 nested arrays: refused by the pre-scan, before nlohmann's recursive parser sees them.
+  write_bytes(dir.file("dataset.json"), "{\"name\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  check_mentions(error_message([&] { load_msd(dir.file("")); }),
+                 {dir.file("dataset.json"), "nests arrays/objects more than 32 levels deep"});
+  // A syntax error shows a bounded, printable excerpt, not nlohmann's text.
+  write_bytes(dir.file("dataset.json"), "{\"labels\": {\"0\": \"bg\"}, \"training\": [\x01]}");
+  const std::string msg = error_message([&] { load_msd(dir.file("")); });
+  check_mentions(msg, {dir.file("dataset.json"), "not valid JSON: syntax error near byte 3", "\\x01"});
+  CHECK_MESSAGE(msg.find("json.exception") == std::string::npos, msg);
 }
 
 TEST_CASE("io msd: load_msd_case rejects shape mismatch and out-of-range labels, naming the files") {
@@ -121,14 +203,14 @@ TEST_CASE("io msd: load_msd_case rejects shape mismatch and out-of-range labels,
   save(dir, make_dataset(dir, {"a.nii.gz"}));
   const MsdDataset ds = load_msd(dir.file(""));
   const MsdPair pair = ds.pairs[0];
-  // Two classes only: the label value 2 at voxel 2 = (z, y, x) (0, 0, 2) is out of range.
+  // Two classes only: the label value 2 at voxel 2 = (i, j, k) (2, 0, 0) is out of range.
   check_mentions(error_message([&] { load_msd_case(pair, 2); }),
-                 {pair.label, "value 2", "(0, 0, 2)", "expected classes in [0, 2)"});
+                 {pair.label, "holds 2", "voxel (i, j, k) = (2, 0, 0)", "expected a class in [0, 2)"});
   write_nifti(pair.label, Volume{Tensor::zeros({2, 3, 5}), {1, 1, 1}, {}});
   check_mentions(error_message([&] { load_msd_case(pair, 3); }),
                  {pair.label, pair.image, "[2, 3, 5]", "[2, 3, 4]", "expected equal shapes"});
   write_nifti(pair.label, Volume{Tensor::full({2, 3, 4}, -1.0), {1, 1, 1}, {}});
-  check_mentions(error_message([&] { load_msd_case(pair, 3); }), {pair.label, "value -1", "expected classes in [0, 3)"});
+  check_mentions(error_message([&] { load_msd_case(pair, 3); }), {pair.label, "holds -1", "expected a class in [0, 3)"});
 }
 
 const char* const kHippocampusTest = "io msd: hippocampus subset loads 200 pairs of equal shapes with classes {0, 1, 2}";

@@ -14,6 +14,9 @@ using halfgrad::io::test::error_message;
 using halfgrad::io::test::read_bytes;
 using halfgrad::io::test::TempDir;
 using halfgrad::io::test::write_bytes;
+using halfgrad::io::test::poke;
+using halfgrad::io::test::read_gz;
+using halfgrad::io::test::write_gz;
 using halfgrad::io::test::write_raw_nifti;
 
 namespace {
@@ -109,15 +112,50 @@ TEST_CASE("io nifti: write_nifti then read_nifti keeps values, shape (z,y,x), sp
   CHECK(read_label_nifti(dir.file("lab.nii.gz")).data.to_double_vector() == labels.data.to_double_vector());
 }
 
-TEST_CASE("io nifti: read_label_nifti rounds float labels to the nearest integer, ties to even") {
+TEST_CASE("io nifti: read_label_nifti reads integer-valued float32 labels exactly as int64") {
   TempDir dir;
-  const std::vector<float> stored = {0.0f, 0.9999f, 1.0001f, 2.0f, 1.5f, 2.5f, -0.4f, 2.49f};
+  const std::vector<float> stored = {0.0f, 1.0f, 2.0f, -3.0f, 16777216.0f, 7.0f, 0.0f, 1.0f};
   write_raw_nifti(dir.file("lab.nii.gz"), {3, 8, 1, 1}, NIFTI_TYPE_FLOAT32, stored.data());
   const Volume lab = read_label_nifti(dir.file("lab.nii.gz"));
   CHECK(lab.data.dtype() == kInt64);
   CHECK(lab.data.shape() == Shape{1, 1, 8});
-  const std::vector<double> want = {0, 1, 1, 2, 2, 2, 0, 2};
+  const std::vector<double> want = {0, 1, 2, -3, 16777216, 7, 0, 1};
   CHECK(lab.data.to_double_vector() == want);
+  // int32 labels above 2^24 are exact too (float32 would round 16777217 to 16777216).
+  const std::vector<int32_t> big = {16777217, 0};
+  write_raw_nifti(dir.file("big.nii"), {3, 2, 1, 1}, NIFTI_TYPE_INT32, big.data());
+  CHECK(read_label_nifti(dir.file("big.nii")).data.data<int64_t>()[0] == 16777217);
+}
+
+TEST_CASE("io nifti: uint8 label map with scl_slope 0.5 is an error naming the file, voxel (i, j, k) and value") {
+  // Stored 0, 1, 2, ... x 0.5: rounding would turn class 2 into 1 and class 1 into background.
+  TempDir dir;
+  std::vector<uint8_t> stored(kN);
+  for (int i = 0; i < kN; ++i) stored[i] = static_cast<uint8_t>(i % 3);
+  write_raw_nifti(dir.file("half.nii.gz"), kDims3, NIFTI_TYPE_UINT8, stored.data(), 0.5f, 0.0f);
+  check_mentions(error_message([&] { read_label_nifti(dir.file("half.nii.gz")); }),
+                 {"read_label_nifti: " + dir.file("half.nii.gz"), "voxel (i, j, k) = (1, 0, 0)", "holds 0.5",
+                  "expected an integer class label", "scl_slope 0.5"});
+  // Float labels off an integer, anywhere: voxel 17 = (i, j, k) = (1, 1, 1).
+  std::vector<float> f32(kN, 1.0f);
+  f32[17] = 1.0001f;
+  write_raw_nifti(dir.file("noisy.nii"), kDims3, NIFTI_TYPE_FLOAT32, f32.data());
+  check_mentions(error_message([&] { read_label_nifti(dir.file("noisy.nii")); }),
+                 {dir.file("noisy.nii"), "voxel (i, j, k) = (1, 1, 1)", "holds 1.0001", "expected an integer class label"});
+}
+
+TEST_CASE("io nifti: read_label_nifti with num_classes 3 refuses labels outside [0, 3), naming voxel (i, j, k)") {
+  TempDir dir;
+  std::vector<int16_t> stored(kN, 2);
+  stored[kNx * kNy + 2] = 3;  // (i, j, k) = (2, 0, 1)
+  write_raw_nifti(dir.file("lab.nii.gz"), kDims3, NIFTI_TYPE_INT16, stored.data());
+  check_mentions(error_message([&] { read_label_nifti(dir.file("lab.nii.gz"), 3); }),
+                 {dir.file("lab.nii.gz"), "voxel (i, j, k) = (2, 0, 1)", "holds 3", "expected a class in [0, 3)"});
+  stored[kNx * kNy + 2] = -1;
+  write_raw_nifti(dir.file("neg.nii"), kDims3, NIFTI_TYPE_INT16, stored.data());
+  check_mentions(error_message([&] { read_label_nifti(dir.file("neg.nii"), 3); }),
+                 {dir.file("neg.nii"), "(2, 0, 1)", "holds -1", "expected a class in [0, 3)"});
+  CHECK(read_label_nifti(dir.file("neg.nii")).data.data<int64_t>()[kNx * kNy + 2] == -1);  // no range asked
 }
 
 TEST_CASE("io nifti: 4-D with trailing extent 1 reads as 3-D; 4-D series and 2-D images are errors") {
@@ -168,7 +206,7 @@ TEST_CASE("io nifti: missing file, wrong name, not NIfTI, NIfTI-2 and gzip-named
     std::memcpy(shifted.data() + 108, &off, 4);
     write_bytes(dir.file("voxoff.nii"), shifted);
     check_mentions(error_message([&] { read_nifti(dir.file("voxoff.nii")); }),
-                   {dir.file("voxoff.nii"), "vox_offset", "expected at least 352"});
+                   {dir.file("voxoff.nii"), "vox_offset", "expected an integer from 352 to 67108864"});
   }
 
   write_raw_nifti(dir.file("packed.nii.gz"), kDims3, NIFTI_TYPE_FLOAT32, values.data());
@@ -199,7 +237,7 @@ TEST_CASE("io nifti: NaN, inf and float32 overflow in the data are errors naming
   f64[3] = -std::numeric_limits<double>::infinity();
   write_raw_nifti(dir.file("inf.nii"), kDims3, NIFTI_TYPE_FLOAT64, f64.data());
   check_mentions(error_message([&] { read_label_nifti(dir.file("inf.nii")); }),
-                 {dir.file("inf.nii"), "(0, 0, 3)", "inf", "expected finite"});
+                 {dir.file("inf.nii"), "(i, j, k) = (3, 0, 0)", "-inf", "expected an integer class label"});
   f64[3] = 1e300;
   write_raw_nifti(dir.file("big.nii"), kDims3, NIFTI_TYPE_FLOAT64, f64.data());
   check_mentions(error_message([&] { read_nifti(dir.file("big.nii")); }), {dir.file("big.nii"), "overflows float32"});
@@ -239,7 +277,147 @@ TEST_CASE("io nifti: truncated .nii and .nii.gz files are errors, never crashes"
   write_raw_nifti(dir.file("cut.nii"), {3, 16, 16, 16}, NIFTI_TYPE_FLOAT32, values.data());
   write_bytes(dir.file("cut.nii"), read_bytes(dir.file("cut.nii")).substr(0, 352 + 100));
   check_mentions(error_message([&] { read_nifti(dir.file("cut.nii")); }),
-                 {dir.file("cut.nii"), "truncated or corrupt: 100 bytes of voxel data from offset 352", "expected 16384"});
+                 {dir.file("cut.nii"), "file is 452 bytes but vox_offset 352 + 4096 voxels x 4 bytes = 16736",
+                  "truncated or corrupt"});
+}
+
+// ---- crafted headers: every field the reader relies on is checked before nifticlib reads it -----------
+
+namespace {
+
+// A valid 4 x 3 x 2 float32 .nii file's bytes (header at 0, voxels at 352).
+std::string valid_nii_bytes(const TempDir& dir) {
+  const std::vector<float> values(kN, 1.0f);
+  write_raw_nifti(dir.file("valid.nii"), kDims3, NIFTI_TYPE_FLOAT32, values.data());
+  const std::string bytes = read_bytes(dir.file("valid.nii"));
+  REQUIRE(bytes.size() == 352 + kN * 4);
+  return bytes;
+}
+
+// NIfTI-1 header offsets (nifti1.h).
+constexpr size_t kDimAt = 40, kDatatypeAt = 70, kBitpixAt = 72, kPixdimAt = 76, kVoxOffsetAt = 108, kSlopeAt = 112,
+                 kInterAt = 116, kMagicAt = 344;
+
+}  // namespace
+
+TEST_CASE("io nifti: vox_offset 2^31 and above, above 64 MiB, or not an integer, is an error (nifticlib would read from 348)") {
+  TempDir dir;
+  const std::string good = valid_nii_bytes(dir);
+  for (float off : {2147483648.0f, 4294967296.0f, 1e30f, 352.5f, 67108880.0f, std::numeric_limits<float>::infinity()}) {
+    CAPTURE(off);
+    std::string bad = good;
+    poke(bad, kVoxOffsetAt, off);
+    write_bytes(dir.file("far.nii"), bad);
+    check_mentions(error_message([&] { read_nifti(dir.file("far.nii")); }),
+                   {dir.file("far.nii"), "vox_offset is", "expected an integer from 352 to 67108864"});
+    write_gz(dir.file("far.nii.gz"), bad);
+    check_mentions(error_message([&] { read_nifti(dir.file("far.nii.gz")); }), {dir.file("far.nii.gz"), "vox_offset is"});
+  }
+  std::string bad = good;
+  poke(bad, kVoxOffsetAt, 2147483648.0f);
+  write_bytes(dir.file("far.nii"), bad);
+  check_mentions(error_message([&] { read_nifti(dir.file("far.nii")); }), {"vox_offset is 2147483648;"});
+}
+
+TEST_CASE("io nifti: bitpix, pixdim, scl_slope/scl_inter and the ni1 magic are checked in the raw header") {
+  TempDir dir;
+  const std::string good = valid_nii_bytes(dir);
+  auto check_bad = [&](const std::string& bytes, const std::vector<std::string>& parts) {
+    write_bytes(dir.file("bad.nii"), bytes);
+    std::vector<std::string> all = parts;
+    all.push_back(dir.file("bad.nii"));
+    check_mentions(error_message([&] { read_nifti(dir.file("bad.nii")); }), all);
+  };
+  std::string b = good;
+  poke<int16_t>(b, kBitpixAt, 16);
+  check_bad(b, {"bitpix is 16 but datatype FLOAT32 has 32 bits"});
+  b = good;
+  poke(b, kPixdimAt + 4 * 2, std::nanf(""));
+  check_bad(b, {"pixdim[2] (the voxel size) is nan", "expected a finite non-zero size"});
+  b = good;
+  poke(b, kPixdimAt + 4 * 3, 0.0f);
+  check_bad(b, {"pixdim[3] (the voxel size) is 0"});
+  b = good;
+  poke(b, kSlopeAt, std::numeric_limits<float>::infinity());
+  check_bad(b, {"scl_slope inf", "expected finite scaling"});
+  b = good;
+  poke(b, kInterAt, std::nanf(""));
+  check_bad(b, {"scl_inter nan", "expected finite scaling"});
+  b = good;
+  std::memcpy(b.data() + kMagicAt, "ni1", 4);
+  check_bad(b, {"magic is \"ni1\"", "expected \"n+1\""});
+  b = good;
+  poke<int16_t>(b, kDimAt + 2 * 2, 0);
+  check_bad(b, {"extents [4, 0, 2] include 0", "expected positive extents"});
+  b = good;
+  poke<int16_t>(b, kDimAt, 9);
+  check_bad(b, {"dim[0] is 9", "expected 3 to 7 dimensions"});
+  b = good;
+  poke<int16_t>(b, kDatatypeAt, 1536);  // FLOAT128
+  check_bad(b, {"unsupported datatype 1536"});
+}
+
+TEST_CASE("io nifti: a header claiming 256^3 voxels over a 24-voxel file is an error before allocating them") {
+  TempDir dir;
+  std::string big = valid_nii_bytes(dir);
+  for (int d = 1; d <= 3; ++d) poke<int16_t>(big, kDimAt + 2 * d, 256);
+  // Plain .nii: the file size gives it away before anything is read.
+  write_bytes(dir.file("claim.nii"), big);
+  check_mentions(error_message([&] { read_nifti(dir.file("claim.nii")); }),
+                 {dir.file("claim.nii"), "file is 448 bytes but vox_offset 352 + 16777216 voxels x 4 bytes = 67109216",
+                  "truncated or corrupt"});
+  // .nii.gz: only inflating tells; the stream ends after 96 of the 67108864 bytes.
+  write_gz(dir.file("claim.nii.gz"), big);
+  check_mentions(error_message([&] { read_nifti(dir.file("claim.nii.gz")); }),
+                 {dir.file("claim.nii.gz"), "truncated or corrupt: 96 bytes of voxel data from offset 352",
+                  "expected 67108864", "[256, 256, 256]"});
+  // The other way round: more data than the header says, found at the first extra byte.
+  std::string longer = valid_nii_bytes(dir) + std::string(1 << 20, '\0');
+  write_gz(dir.file("long.nii.gz"), longer);
+  check_mentions(error_message([&] { read_nifti(dir.file("long.nii.gz")); }),
+                 {dir.file("long.nii.gz"), "holds more data than its header describes", "after decompression"});
+  write_bytes(dir.file("long.nii"), longer);
+  check_mentions(error_message([&] { read_nifti(dir.file("long.nii")); }),
+                 {dir.file("long.nii"), "but vox_offset 352 + 24 voxels x 4 bytes = 448"});
+}
+
+TEST_CASE("io nifti: a header claiming 32767^3 voxels (the int16 maximum) is refused by max_voxels before any allocation") {
+  // NIfTI-1 extents are int16, so 100000^3 cannot even be written: 32767^3 (3.5e13 voxels, 140 TB of
+  // float32) is the largest claim a header can make, and it must fail on the count alone.
+  TempDir dir;
+  std::string huge = valid_nii_bytes(dir);
+  for (int d = 1; d <= 3; ++d) poke<int16_t>(huge, kDimAt + 2 * d, 32767);
+  write_gz(dir.file("huge.nii.gz"), huge);
+  check_mentions(error_message([&] { read_nifti(dir.file("huge.nii.gz")); }),
+                 {dir.file("huge.nii.gz"), "35181150961663 voxels", "the limit is 268435456",
+                  "NiftiReadOptions::max_voxels"});
+  write_bytes(dir.file("huge.nii"), huge);
+  check_mentions(error_message([&] { read_label_nifti(dir.file("huge.nii")); }),
+                 {dir.file("huge.nii"), "35181150961663 voxels"});
+  // The limit is the caller's to set: 24 voxels pass at 24 and fail at 23.
+  const std::string ok = valid_nii_bytes(dir);
+  NiftiReadOptions o;
+  o.max_voxels = 24;
+  CHECK(read_nifti_buffer(ok.data(), ok.size(), "mem.nii", o).data.numel() == 24);
+  o.max_voxels = 23;
+  check_mentions(error_message([&] { read_nifti_buffer(ok.data(), ok.size(), "mem.nii", o); }),
+                 {"read_nifti: mem.nii:", "24 voxels; the limit is 23"});
+}
+
+TEST_CASE("io nifti: read_nifti_buffer reads .nii and .nii.gz bytes like the file reader") {
+  TempDir dir;
+  const std::vector<float> values = ramp<float>();
+  write_raw_nifti(dir.file("v.nii.gz"), kDims3, NIFTI_TYPE_FLOAT32, values.data());
+  const std::string gz = read_bytes(dir.file("v.nii.gz"));
+  const Volume from_file = read_nifti(dir.file("v.nii.gz"));
+  const Volume from_gz = read_nifti_buffer(gz.data(), gz.size(), "v.nii.gz");
+  const std::string plain = read_gz(dir.file("v.nii.gz"));
+  const Volume from_plain = read_nifti_buffer(plain.data(), plain.size(), "v.nii");
+  CHECK(from_gz.data.to_double_vector() == from_file.data.to_double_vector());
+  CHECK(from_plain.data.to_double_vector() == from_file.data.to_double_vector());
+  CHECK(from_gz.affine == from_file.affine);
+  check_mentions(error_message([&] { read_nifti_buffer(gz.data(), gz.size(), "v.nii"); }),
+                 {"v.nii", "gzip-compressed but named .nii"});
 }
 
 TEST_CASE("io nifti: write_nifti errors name the file") {

@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/json_checked.h"
+#include "fuzz/tiny_module.h"
+#include "tests/check_error.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
 
@@ -48,6 +51,22 @@ std::vector<char> read_all(const std::string& path) {
 }
 void write_all(const std::string& path, const std::vector<char>& data) {
   std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+// A checkpoint with no tensors and `json` as its extra JSON text (json_len = its size unless
+// given), with a valid checksum: what anyone can craft, since the checksum has no key.
+void craft_checkpoint(const std::string& path, const std::string& json, uint64_t json_len = UINT64_MAX) {
+  std::vector<char> b = {'\x89', 'H', 'G', 'C', 'K', 'P', 'T', '\n'};
+  auto put = [&](const void* p, size_t n) { b.insert(b.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n); };
+  const uint32_t version = 1, count = 0;
+  const uint64_t len = json_len == UINT64_MAX ? json.size() : json_len;
+  put(&version, 4);
+  put(&count, 4);
+  put(&len, 8);
+  put(json.data(), json.size());
+  const uint64_t sum = nn::checkpoint_checksum(b.data(), b.size());
+  put(&sum, 8);
+  write_all(path, b);
 }
 
 }  // namespace
@@ -220,4 +239,122 @@ TEST_CASE("nn: write_checkpoint refuses duplicate or empty names before touching
   CHECK_FALSE(fs::exists(path + ".tmp"));
   CHECK_THROWS_WITH_AS(nn::write_checkpoint(dir.file("no_such_dir/m.hgc"), nn::CheckpointState()),
                        doctest::Contains("cannot create"), Error);
+}
+
+// ---- crafted metadata (issue 8): a valid checksum proves nothing, the JSON is parsed as hostile -----
+
+TEST_CASE("nn: checkpoint whose metadata nests 100,000 arrays is an Error before parsing, not a stack overflow") {
+  TempDir dir;
+  const std::string path = dir.file("deep.bin");
+  craft_checkpoint(path, std::string(100000, '[') + std::string(100000, ']'));
+  testing::check_error([&] { nn::read_checkpoint_metadata(path); },
+                       {"read_checkpoint: " + path + ": the extra JSON", "nests arrays/objects more than 64 levels deep"});
+  // Objects count as levels too, and brackets inside strings do not.
+  std::string objects;
+  for (int i = 0; i < 65; ++i) objects += "{\"a\":";
+  craft_checkpoint(path, objects + "1" + std::string(65, '}'));
+  testing::check_error([&] { nn::read_checkpoint_metadata(path); }, {"more than 64 levels deep"});
+  craft_checkpoint(path, "{\"s\": \"" + std::string(1000, '[') + "\\\"\"}");
+  CHECK(nn::read_checkpoint_metadata(path).at("s").get<std::string>().size() == 1001);
+  // A JSON length beyond the limit is refused before anything is read or parsed.
+  craft_checkpoint(path, "", uint64_t{1} << 31);
+  testing::check_error([&] { nn::read_checkpoint_metadata(path); },
+                       {path, "the extra JSON is 2147483648 bytes; the limit is 1073741824"});
+}
+
+TEST_CASE("nn: checkpoint metadata of the wrong type names the file and the field, never nlohmann's text") {
+  TempDir dir;
+  const std::string path = dir.file("checkpoint.bin");
+  const nlohmann::json good = {{"recipe", "cpu"}, {"model", small().to_json()}};
+  auto model_error = [&](const nlohmann::json& meta, const std::vector<std::string>& parts) {
+    craft_checkpoint(path, meta.dump());
+    const nlohmann::json back = nn::read_checkpoint_metadata(path);
+    std::vector<std::string> all = parts;
+    all.insert(all.begin(), path + ": ");
+    testing::check_error([&] { nn::UNet3dOptions::from_json(json_checked::Field(back, path)["model"]); }, all);
+    try {
+      nn::UNet3dOptions::from_json(json_checked::Field(back, path)["model"]);
+    } catch (const Error& e) {
+      CHECK_MESSAGE(std::string(e.what()).find("json.exception") == std::string::npos, e.what());
+      CHECK_MESSAGE(std::string(e.what()).size() < 300, e.what());  // no dump of the input
+    }
+  };
+  nlohmann::json m = good;
+  m["model"]["in_channels"] = "1";
+  model_error(m, {"field 'model.in_channels' must be an integer, got string \"1\""});
+  m = good;
+  m["model"]["channels"][1] = 4.5;
+  model_error(m, {"field 'model.channels[1]' must be an integer, got number 4.5"});
+  m = good;
+  m["model"]["channels"] = std::string(100000, 'x');  // a long value is shown by a bounded prefix
+  model_error(m, {"field 'model.channels' must be an array of level widths, got string \"xxxx", "...\""});
+  m = good;
+  m["model"]["bottleneck"] = 1 << 20;
+  model_error(m, {"field 'model.bottleneck' is 1048576; expected an integer in [1, 4096]"});
+  m = good;
+  m["model"]["norm"] = nlohmann::json::array({1, 2, 3});
+  model_error(m, {"field 'model.norm' must be a string, got array"});
+  m = good;
+  m["model"] = nlohmann::json::array({small().to_json()});
+  model_error(m, {"field 'model' must be an object, got array"});
+  m = good;
+  m["model"]["channels"] = nlohmann::json::array();
+  model_error(m, {"field 'model.channels' has 0 levels; expected 1 to 16"});
+  m = good;
+  m["model"]["num_classes"] = uint64_t{1} << 63;
+  model_error(m, {"field 'model.num_classes' is 9223372036854775808; expected an integer below 2^63"});
+  m = good;
+  m["model"].erase("norm");
+  model_error(m, {"field 'model.norm' is missing"});
+  // The unchanged metadata rebuilds the options.
+  craft_checkpoint(path, good.dump());
+  const nlohmann::json back = nn::read_checkpoint_metadata(path);
+  CHECK(nn::UNet3dOptions::from_json(json_checked::Field(back, path)["model"]).describe() == small().describe());
+}
+
+TEST_CASE("nn: checkpoint metadata that is not valid JSON is an Error with a bounded excerpt") {
+  TempDir dir;
+  const std::string path = dir.file("bad.bin");
+  craft_checkpoint(path, "{\"model\": {\"in_channels\": 1,, }}");
+  testing::check_error([&] { nn::read_checkpoint_metadata(path); },
+                       {path + ": the extra JSON: not valid JSON: syntax error near byte", "expected a JSON document"});
+  craft_checkpoint(path, "{\"x\": \"\xff\xfe\"}");  // invalid UTF-8
+  testing::check_error([&] { nn::read_checkpoint_metadata(path); }, {path, "not valid JSON", "\\xff"});
+  craft_checkpoint(path, "[1e99999]");  // beyond double's range
+  testing::check_error([&] { nn::read_checkpoint_metadata(path); }, {path, "not valid JSON"});
+}
+
+TEST_CASE("nn: checkpoint fuzz seeds load (TinyModule, width-2 U-Net rebuilt from its metadata); findings end in an Error") {
+  const std::string dir = HALFGRAD_SOURCE_DIR "/fuzz/corpus/checkpoint/";
+  fuzz::TinyModule tiny;
+  nn::load_checkpoint(dir + "tiny_module.ckpt", tiny);
+  const nlohmann::json meta = nn::read_checkpoint_metadata(dir + "unet_width2.ckpt");
+  const nn::UNet3dOptions o = nn::UNet3dOptions::from_json(json_checked::Field(meta, "unet_width2.ckpt")["model"]);
+  CHECK(o.channels() == std::vector<int64_t>{2});
+  nn::UNet3d unet(o);
+  nn::load_checkpoint(dir + "unet_width2.ckpt", unet);
+  // Inputs a fuzzer crashed on, replayed as checkpoint_fuzz does (last 8 bytes = the checksum).
+  std::error_code ec;
+  const fs::path findings = HALFGRAD_SOURCE_DIR "/tests/data/fuzz/checkpoint_fuzz";
+  if (!fs::is_directory(findings, ec)) return;
+  TempDir tmp;
+  for (const auto& e : fs::directory_iterator(findings)) {
+    CAPTURE(e.path().string());
+    std::vector<char> b = read_all(e.path().string());
+    if (b.size() >= 8) {
+      const uint64_t sum = nn::checkpoint_checksum(b.data(), b.size() - 8);
+      std::memcpy(b.data() + b.size() - 8, &sum, 8);
+    }
+    write_all(tmp.file("finding.bin"), b);
+    try {
+      const nlohmann::json m = nn::read_checkpoint_metadata(tmp.file("finding.bin"));
+      if (m.is_object() && m.contains("model")) nn::UNet3dOptions::from_json(json_checked::Field(m, "f")["model"]);
+    } catch (const Error&) {
+    }
+    try {
+      fuzz::TinyModule t;
+      nn::load_checkpoint(tmp.file("finding.bin"), t);
+    } catch (const Error&) {
+    }
+  }
 }

@@ -98,10 +98,11 @@ TEST_CASE("nn: UNet3dOptions round-trips through JSON and rejects bad JSON") {
   CHECK(o.describe() == "channels {8, 16, 32, 64}, bottleneck 128, norm instance, in 1, classes 4");
   auto j = o.to_json();
   j["norm"] = "group";
-  CHECK_THROWS_WITH_AS(nn::UNet3dOptions::from_json(j), doctest::Contains("norm 'group'"), Error);
+  CHECK_THROWS_WITH_AS(nn::UNet3dOptions::from_json(j), doctest::Contains("field 'norm' is \"group\"; expected \"batch\", \"instance\" or \"none\""),
+                       Error);
   j = o.to_json();
   j.erase("bottleneck");
-  CHECK_THROWS_WITH_AS(nn::UNet3dOptions::from_json(j), doctest::Contains("'bottleneck'"), Error);
+  CHECK_THROWS_WITH_AS(nn::UNet3dOptions::from_json(j), doctest::Contains("field 'bottleneck' is missing"), Error);
 }
 
 TEST_CASE("nn: UNet3d under autocast gives float16 logits and float32 gradients; after to(float16) runs in float16") {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/check_error.h"
 #include "core/half.h"
 #include "ops/elementwise/elementwise.h"
 #include "optim/adamw.h"
@@ -187,6 +188,47 @@ TEST_CASE("optim: AdamW load_state_dict rejects a mismatched optimizer and chang
   Tensor x = Tensor::zeros({3}).set_requires_grad(true), y = Tensor::zeros({3}).set_requires_grad(true);
   optim::AdamW two({x, y});
   CHECK_THROWS_AS(two.load_state_dict(sd), Error);  // group sizes differ
+}
+
+TEST_CASE("optim: AdamW load_state_dict of wrong-type fields names the field, never nlohmann's text; changes nothing") {
+  Tensor a = Tensor::zeros({3}).set_requires_grad(true);
+  a.set_grad(Tensor::ones({3}));
+  optim::AdamW opt({a});
+  opt.step();
+  const nlohmann::json sd = opt.state_dict();
+  Tensor b = Tensor::zeros({3}).set_requires_grad(true);
+  optim::AdamW fresh({b}, optim::AdamWOptions().lr(0.5));
+  auto bad = [&](nlohmann::json broken, const std::vector<std::string>& parts) {
+    testing::check_error([&] { fresh.load_state_dict(broken); }, parts);
+    CHECK(fresh.param_groups()[0].options().get_lr() == 0.5);
+    CHECK(fresh.param_state(b) == nullptr);
+  };
+  nlohmann::json j = sd;
+  j["param_groups"][0]["lr"] = "0.1";
+  bad(j, {"AdamW::load_state_dict: field 'param_groups[0].lr' must be a number, got string \"0.1\""});
+  j = sd;
+  j["param_groups"][0]["betas"] = {0.9};
+  bad(j, {"field 'param_groups[0].betas' has 1 elements; expected [beta1, beta2]"});
+  j = sd;
+  j["state"]["0"]["step"] = "1";
+  bad(j, {"field 'state.0.step' must be an integer, got string"});
+  j = sd;
+  j["state"]["0"]["exp_avg"]["shape"] = {int64_t{1} << 15, int64_t{1} << 15};  // 4 GiB claimed: refused before allocating
+  bad(j, {"'state.0.exp_avg'", "base64 characters cannot hold the 4294967296 bytes"});
+  j = sd;
+  j["state"]["0"]["exp_avg"]["shape"] = {int64_t{1} << 30, int64_t{1} << 30};
+  bad(j, {"field 'state.0.exp_avg.shape' is too large (more than 2^40 elements)"});
+  j = sd;
+  j["state"]["0"]["exp_avg"]["shape"] = {-3};
+  bad(j, {"field 'state.0.exp_avg.shape' holds the negative extent -3"});
+  j = sd;
+  j["param_groups"][0]["initial_lr"] = nullptr;
+  bad(j, {"field 'param_groups[0].initial_lr' must be a number, got null"});
+  j = sd;
+  j["state"] = nlohmann::json::array();
+  bad(j, {"field 'state' must be an object, got array"});
+  fresh.load_state_dict(sd);  // the intact dict loads
+  CHECK(fresh.param_state(b) != nullptr);
 }
 
 TEST_CASE("optim: AdamW update of a large tensor (OpenMP path) equals the small-tensor update") {
