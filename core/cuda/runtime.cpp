@@ -168,6 +168,12 @@ AllocatorStats allocator_stats() {
   std::lock_guard<std::mutex> lock(c.mu);
   return c.stats;
 }
+MemoryInfo memory_info() {
+  need_device("cuda::memory_info");
+  MemoryInfo m;
+  HG_CUDA_CHECK("cuda::memory_info", cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
+  return m;
+}
 void reset_peak_stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);

@@ -63,6 +63,15 @@ struct AllocatorStats {
   size_t hits = 0;
 };
 AllocatorStats allocator_stats();
+
+struct MemoryInfo {
+  size_t free_bytes = 0;   // cudaMemGetInfo's free: what cudaMalloc can still get, all processes counted
+  size_t total_bytes = 0;  // the device's memory
+};
+/// cudaMemGetInfo of the current device (memory cached by this allocator counts as used; add
+/// allocator_stats().reserved_bytes - allocated_bytes for what halfgrad can still hand out).
+/// Throws halfgrad::Error when CUDA is not available.
+MemoryInfo memory_info();
 void reset_peak_stats();
 /// cudaFree every cached block.
 void empty_cache();

@@ -24,6 +24,7 @@ void copy_d2d(void*, const void*, size_t) { no_cuda("cuda::copy_d2d"); }
 void memset_async(void*, int, size_t) { no_cuda("cuda::memset"); }
 void synchronize(const char* what) { no_cuda(what); }
 AllocatorStats allocator_stats() { return {}; }
+MemoryInfo memory_info() { no_cuda("cuda::memory_info"); }
 void reset_peak_stats() {}
 void empty_cache() {}
 

@@ -1,5 +1,7 @@
 #include "examples/05_unet3d/metrics.h"
 
+#include <sstream>
+
 #include "core/error.h"
 
 namespace unet3d_app {
@@ -23,5 +25,45 @@ std::vector<double> dice_per_class(const halfgrad::Tensor& pred, const halfgrad:
   }
   return d;
 }
+
+}  // namespace unet3d_app
+
+namespace unet3d_app {
+
+static std::string fixed(double v, int prec) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(prec);
+  os << v;
+  return os.str();
+}
+
+MetricsTable::MetricsTable(std::vector<std::string> class_names) : class_names_(std::move(class_names)) {
+  header_ = "epoch,train_loss,skipped_steps,nonfinite_steps,loss_scale,lr";
+  for (size_t c = 1; c < class_names_.size(); ++c) header_ += ",dice_" + class_names_[c];
+  header_ += ",mean_dice,epoch_seconds,elapsed_seconds";
+}
+
+void MetricsTable::add(const EpochMetrics& m) {
+  const size_t nfg = class_names_.empty() ? 0 : class_names_.size() - 1;
+  HG_CHECK(m.dice.empty() || m.dice.size() == nfg, "metrics.csv: epoch " << m.epoch << " has " << m.dice.size()
+                                                                          << " Dice values; expected " << nfg
+                                                                          << " (one per foreground class) or none");
+  std::ostringstream os;
+  os << m.epoch << "," << m.train_loss << "," << m.skipped_steps << "," << m.nonfinite_steps << "," << m.loss_scale
+     << "," << m.lr;
+  for (size_t c = 0; c < nfg; ++c) os << "," << (m.dice.empty() ? "" : fixed(m.dice[c], 4));
+  os << "," << (m.dice.empty() ? "" : fixed(m.mean_dice, 4)) << "," << fixed(m.epoch_seconds, 2) << ","
+     << fixed(m.elapsed_seconds, 2);
+  rows_.push_back(os.str());
+}
+
+std::string MetricsTable::csv() const {
+  std::string s = header_ + "\n";
+  for (const std::string& r : rows_) s += r + "\n";
+  return s;
+}
+
+nlohmann::json MetricsTable::to_json() const { return {{"header", header_}, {"rows", rows_}}; }
 
 }  // namespace unet3d_app

@@ -21,12 +21,15 @@
 #include "amp/opt_level.h"
 #include "amp/precision_report.h"
 #include "autograd/anomaly.h"
+#include "core/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "examples/05_unet3d/data.h"
+#include "examples/05_unet3d/memory_estimate.h"
 #include "examples/05_unet3d/metrics.h"
 #include "core/json_checked.h"
+#include "examples/05_unet3d/run_folder.h"
 #include "nn/checkpoint.h"
 #include "nn/unet3d.h"
 #include "autograd/node.h"
@@ -68,7 +71,7 @@ static Placement make_placement(const std::string& device, const std::string& fo
     HG_CHECK(cuda::is_available(), "halfgrad-unet3d " << cmd << ": --device cuda, but " << cuda::device_description()
                                                       << "; run with --device cpu");
     p.device = Device::CUDA;
-    p.format = format == "ncdhw" ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast3d;
+    p.format = format == "ncdhw" ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast3d;  // "" = ndhwc
   } else {
     HG_CHECK(device == "cpu", "halfgrad-unet3d " << cmd << ": --device must be cpu or cuda, got '" << device << "'");
   }
@@ -134,6 +137,7 @@ int run_train(const TrainArgs& a) {
   if (a.lr > 0) r.lr = a.lr;
   if (a.val_every > 0) r.val_every = a.val_every;
   HG_CHECK(!a.out.empty(), "halfgrad-unet3d train: --out RUN_DIR is required");
+  check_run_folder(a.out, a.overwrite);  // refuse at once, before the data loads
   const amp::OptLevel level = resolve_opt_level(a);
   apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, nullptr);  // bad names fail before the data loads
   const Placement where = make_placement(a.device, a.memory_format, "train");
@@ -148,15 +152,33 @@ int run_train(const TrainArgs& a) {
             << " s)" << std::endl;
 
   r.volume_shape = data.volume_shape;
-  // The run folder is touched only once the data has loaded, so a run that fails on bad input leaves
-  // an earlier run's files in the folder as they were.
+
+  // Memory, from the shapes, before the optimizer state, the batches and the activations exist. The
+  // peak the run reports at the end counts from here (the data already loaded is not part of it).
+  const uint64_t baseline = where.device == Device::CUDA ? cuda::allocator_stats().allocated_bytes
+                                                         : cpu_allocator_stats().allocated_bytes;
+  if (where.device == Device::CUDA) cuda::reset_peak_stats();
+  else cpu_reset_peak_stats();
+  auto model = std::make_shared<nn::UNet3d>(r.model);
+  const std::array<int64_t, 3> step_shape = r.patch[0] > 0 ? r.patch : r.volume_shape;
+  const MemoryEstimate need = estimate_train_memory(r.model, model->num_parameters(), step_shape, r.batch,
+                                                    r.volume_shape, level, where.device == Device::CUDA);
+  if (a.memory_check) {
+    const MemoryAvailable avail = available_memory(a.device);
+    check_memory(need, avail, "train", a.device, "lower --batch (now " + std::to_string(r.batch) + ")");
+    std::cout << "memory: estimated " << need.describe() << "; " << human_bytes(avail.bytes) << " available"
+              << std::endl;
+  }
+
+  // The run folder is touched only once the data has loaded and the memory is known to suffice, so a
+  // run that fails on bad input leaves the folder's files as they were.
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
   HG_CHECK(!ec && std::filesystem::is_directory(a.out),
            "halfgrad-unet3d train: --out " << a.out << ": cannot create the run folder (" << ec.message()
                                            << "); expected a writable directory path");
+  for (const std::string& note : prepare_run_folder(a.out, a.overwrite)) std::cout << "note: " << note << std::endl;
 
-  auto model = std::make_shared<nn::UNet3d>(r.model);
   optim::AdamWOptions adamw = optim::AdamWOptions().lr(r.lr).weight_decay(r.weight_decay);
   amp::GradScalerOptions scaler_options;
   const amp::OptLevelSetup mp = amp::apply_opt_level(level, *model, adamw, scaler_options);
@@ -183,21 +205,10 @@ int run_train(const TrainArgs& a) {
   std::optional<amp::GradStatsCsvWriter> grad_stats;
   HG_CHECK(a.grad_stats_every >= 1, "halfgrad-unet3d train: --grad-stats-every must be >= 1, got " << a.grad_stats_every);
   if (!a.grad_stats.empty()) grad_stats.emplace(a.grad_stats);
-  // metrics.csv: checked writable now (append mode leaves an earlier run's file as it is), replaced
-  // when the first epoch ends - so a run that stops before then leaves the folder's files untouched.
+  // metrics.csv is rewritten (atomically) right after each checkpoint, with the rows up to the
+  // checkpoint's epoch, which the checkpoint's metadata holds too: the two never disagree.
   const std::string csv_path = a.out + "/metrics.csv";
-  {
-    std::ofstream probe(csv_path, std::ios::app);
-    HG_CHECK(probe.good(), "halfgrad-unet3d train: cannot write " << csv_path << "; expected a writable run folder");
-  }
-  std::ofstream csv;
-  auto open_csv = [&] {
-    csv.open(csv_path, std::ios::trunc);
-    HG_CHECK(csv.good(), "halfgrad-unet3d train: cannot write " << csv_path << "; expected a writable run folder");
-    csv << "epoch,train_loss,skipped_steps,loss_scale,lr";
-    for (int64_t c = 1; c < data.num_classes; ++c) csv << ",dice_" << data.class_names[c];
-    csv << ",mean_dice,epoch_seconds,elapsed_seconds\n";
-  };
+  MetricsTable metrics(data.class_names);
   int64_t saved_epoch = 0;  // the epoch whose weights checkpoint.bin holds (0: none written by this run)
   amp::PrecisionRecorder precision;
   int64_t global_step = 0;
@@ -210,7 +221,7 @@ int run_train(const TrainArgs& a) {
   for (int64_t epoch = 1; epoch <= r.epochs; ++epoch) {
     const auto te = Clock::now();
     double loss_sum = 0;
-    int64_t skipped = 0, counted = 0;
+    int64_t skipped = 0, counted = 0, nonfinite = 0;
     for (int64_t step = 0; step < steps_per_epoch; ++step) {
       const double lr = lr_at(r, (epoch - 1) + static_cast<double>(step) / steps_per_epoch);
       for (auto& g : opt.param_groups()) g.options().set_lr(lr);
@@ -239,8 +250,7 @@ int run_train(const TrainArgs& a) {
                                           << step + 1 << " (lr " << lr << "); stopping before the update: "
                                           << (saved_epoch > 0 ? a.out + "/checkpoint.bin keeps the weights of epoch " +
                                                                     std::to_string(saved_epoch)
-                                                              : "this run wrote no checkpoint, and the files already in " +
-                                                                    a.out + " are as they were")
+                                                              : "this run wrote no checkpoint into " + a.out)
                                           << "; lower --lr");
         HG_CHECK(++nonfinite_streak <= kMaxNonFiniteStreak,
                  "halfgrad-unet3d train: the loss has been non-finite for " << nonfinite_streak
@@ -265,6 +275,7 @@ int run_train(const TrainArgs& a) {
       precision.record_step(global_step, scale_used, !stepped, scaler.get_scale());
       if (!stepped) ++skipped;
       if (std::isfinite(l)) { loss_sum += l; ++counted; }
+      else ++nonfinite;
       if (a.progress) {
         const double el = seconds_since(te);
         std::fprintf(stderr, "\r  epoch %lld [%-30s] %lld/%lld loss %.4f  %.2f s/step ", static_cast<long long>(epoch),
@@ -288,6 +299,7 @@ int run_train(const TrainArgs& a) {
 
     std::ostringstream line;
     line << "epoch " << epoch << "/" << r.epochs << "  loss " << fmt(train_loss) << "  skipped " << skipped
+         << (nonfinite ? "  non-finite losses " + std::to_string(nonfinite) : std::string())
          << "  scale " << scaler.get_scale() << "  lr " << fmt(opt.param_groups()[0].options().get_lr(), 5);
     if (do_val) {
       line << "  val dice";
@@ -297,11 +309,17 @@ int run_train(const TrainArgs& a) {
     line << "  " << fmt(epoch_s, 1) << " s";
     std::cout << line.str() << std::endl;
 
-    if (!csv.is_open()) open_csv();
-    csv << epoch << "," << train_loss << "," << skipped << "," << scaler.get_scale() << "," << opt.param_groups()[0].options().get_lr();
-    for (int64_t c = 1; c < data.num_classes; ++c) csv << "," << (do_val ? fmt(dice[c - 1]) : "");
-    csv << "," << (do_val ? fmt(mean) : "") << "," << fmt(epoch_s, 2) << "," << fmt(elapsed, 2) << "\n";
-    csv.flush();
+    EpochMetrics row;
+    row.epoch = epoch;
+    row.train_loss = train_loss;
+    row.skipped_steps = skipped;
+    row.nonfinite_steps = nonfinite;
+    row.loss_scale = scaler.get_scale();
+    row.lr = opt.param_groups()[0].options().get_lr();
+    if (do_val) { row.dice = dice; row.mean_dice = mean; }
+    row.epoch_seconds = epoch_s;
+    row.elapsed_seconds = elapsed;
+    metrics.add(row);
 
     const bool stopping = a.max_minutes > 0 && elapsed > a.max_minutes * 60 && epoch < r.epochs;
     if (epoch % a.save_every == 0 || epoch == r.epochs || stopping) {
@@ -310,8 +328,10 @@ int run_train(const TrainArgs& a) {
                              {"fp32_ops", a.fp32_ops},  {"fp32_modules", a.fp32_modules},
                              {"volume_shape", r.volume_shape},
                              {"class_names", data.class_names}, {"scaler", scaler.state_dict()},
-                             {"optimizer", opt.state_dict()}, {"val_mean_dice", mean}};
+                             {"optimizer", opt.state_dict()}, {"val_mean_dice", mean},
+                             {"metrics", metrics.to_json()}};
       nn::save_checkpoint(a.out + "/checkpoint.bin", *model, meta);
+      write_file_atomic(csv_path, metrics.csv());
       saved_epoch = epoch;
     }
     if (do_val) { last = mean; last_epoch = epoch; }
@@ -322,6 +342,10 @@ int run_train(const TrainArgs& a) {
     }
   }
   if (grad_stats) std::cout << "gradient statistics: " << grad_stats->path() << std::endl;
+  const uint64_t peak = (where.device == Device::CUDA ? cuda::allocator_stats().peak_allocated_bytes
+                                                      : cpu_allocator_stats().peak_allocated_bytes) - baseline;
+  std::cout << "memory: peak " << human_bytes(peak) << " of tensors (estimated "
+            << human_bytes(need.total() - need.checkpoint_write) << ")" << std::endl;
   if (a.precision_report) {
     const amp::PrecisionReportFiles files = precision.write(a.out);
     std::cout << precision.summary_text();
@@ -364,6 +388,12 @@ int run_eval(const EvalArgs& a) {
   HG_CHECK(data.num_classes == r.model.num_classes(),
            "halfgrad-unet3d eval: " << data.source << " has " << data.num_classes << " classes but checkpoint "
                                     << a.checkpoint << " was trained for " << r.model.num_classes());
+  if (a.memory_check)  // every volume is padded to data.volume_shape, the largest one's
+    check_memory(estimate_eval_memory(r.model, model->num_parameters(), data.volume_shape, level),
+                 available_memory(a.device), "eval", a.device,
+                 "the volumes are padded to " + shape_str(Shape{data.volume_shape[0], data.volume_shape[1],
+                                                                data.volume_shape[2]}) +
+                     "; check the image headers");
   std::vector<double> dice = validate(*model, data.val, data.num_classes, mp, where);
   double mean = 0;
   for (double d : dice) mean += d;

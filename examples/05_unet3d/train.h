@@ -7,11 +7,12 @@ namespace unet3d_app {
 
 struct TrainArgs {
   std::string data;        // MSD folder; empty = embedded default (mricron-data)
-  std::string out;         // run folder: checkpoint.bin, metrics.csv, log.txt
+  std::string out;         // run folder: checkpoint.bin, metrics.csv (run_folder.h)
+  bool overwrite = false;  // --overwrite: replace an earlier run in `out` instead of refusing
   std::string config = "cpu";
-  std::string device = "cpu";          // --device cpu|cuda
-  std::string memory_format = "ndhwc"; // --memory-format ndhwc|ncdhw: activations' layout on CUDA
-  int64_t epochs = -1;     // -1 = the recipe's
+  std::string device = "cpu";   // --device cpu|cuda
+  std::string memory_format;    // --memory-format ndhwc|ncdhw: activations' layout on CUDA; empty = ndhwc
+  int64_t epochs = -1;     // -1 = the recipe's; the parser allows [1, kMaxEpochs] (cli.h)
   int64_t batch = -1;
   double lr = -1;
   bool amp = false;        // autocast (FP16 conv operands, FP32 accumulation) + GradScaler: --opt-level O1
@@ -23,6 +24,7 @@ struct TrainArgs {
   int64_t save_every = 1;  // --save-every N: write the checkpoint every N epochs (and after the last)
   double max_minutes = 0;  // stop after this much training time (0 = no limit)
   bool progress = true;
+  bool memory_check = true;  // refuse to start when memory_estimate.h's estimate exceeds the free memory
   // Instruments of mixed precision (off by default):
   std::string grad_stats;         // --grad-stats FILE.csv: per-parameter gradient statistics (amp/grad_stats.h)
   int64_t grad_stats_every = 1;   // --grad-stats-every N: collect them every N optimizer steps
@@ -34,6 +36,7 @@ struct EvalArgs {
   std::string data;
   std::string checkpoint;
   std::string device = "cpu";
+  bool memory_check = true;
 };
 
 int run_train(const TrainArgs& a);

@@ -1,0 +1,134 @@
+#include "examples/05_unet3d/cli.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "core/error.h"
+
+namespace unet3d_app {
+
+CLI::Validator decimal_integer(uint64_t lo, uint64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        const std::string expected = "expected a decimal integer in " + range;
+        if (s.empty()) return "empty value; " + expected;
+        if (!std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+          return "'" + s + "' is not a decimal integer (digits 0-9 only); " + expected;
+        // Leading zeros dropped: decimal, not octal. Then digit by digit with an overflow check.
+        const size_t first = std::min(s.find_first_not_of('0'), s.size() - 1);
+        const std::string digits = s.substr(first);
+        uint64_t v = 0;
+        for (char c : digits) {
+          const uint64_t d = static_cast<uint64_t>(c - '0');
+          if (v > (std::numeric_limits<uint64_t>::max() - d) / 10) return "'" + s + "' is out of range; " + expected;
+          v = v * 10 + d;
+        }
+        if (v < lo || v > hi) return "'" + s + "' is out of range; " + expected;
+        s = digits;
+        return "";
+      },
+      "decimal in " + range);
+}
+
+CLI::Validator finite_number(double lo, bool strict) {
+  const std::string bound = std::string(strict ? "> " : ">= ") + CLI::detail::to_string(lo);
+  return CLI::Validator(
+      [lo, strict, bound](std::string& s) -> std::string {
+        double v;
+        try {
+          size_t used = 0;
+          v = std::stod(s, &used);
+          if (used != s.size() || s.empty() || std::isspace(static_cast<unsigned char>(s[0])))
+            throw std::invalid_argument(s);
+        } catch (const std::out_of_range&) {
+          return "'" + s + "' is out of range; expected a finite number " + bound;
+        } catch (const std::exception&) {
+          return "'" + s + "' is not a number; expected a finite number " + bound;
+        }
+        if (!std::isfinite(v) || (strict ? v <= lo : v < lo))
+          return "'" + s + "' is out of range; expected a finite number " + bound;
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.17g", v);
+        s = buf;
+        return "";
+      },
+      "finite, " + bound);
+}
+
+CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation training with optional mixed precision") {
+  app.name("halfgrad-unet3d");
+  app.require_subcommand(1);
+  TrainArgs& t = train_args;
+  train = app.add_subcommand("train", "train a U-Net; prints per-epoch loss, skipped steps, loss scale, Dice");
+  train->add_option("--data", t.data, "MSD dataset folder (dataset.json, imagesTr/, labelsTr/); default: mricron-data");
+  train->add_option("--out", t.out,
+                    "run folder for checkpoint.bin and metrics.csv; a folder that holds an earlier run is refused "
+                    "unless --overwrite is given")
+      ->required();
+  train->add_flag("--overwrite", t.overwrite,
+                  "replace the earlier run in --out: its files (checkpoint.bin, metrics.csv, precision report) "
+                  "are removed once the data has loaded");
+  train->add_option("--epochs", t.epochs, "epochs (default: the recipe's)")->transform(decimal_integer(1, kMaxEpochs));
+  train->add_option("--batch", t.batch, "batch size (default: the recipe's)")->transform(decimal_integer(1, kMaxBatch));
+  train->add_option("--lr", t.lr, "peak AdamW learning rate (default: the recipe's)")->transform(finite_number(0, true));
+  train->add_flag("--amp", t.amp, "mixed precision: autocast (FP16 conv, FP32 accumulate) and GradScaler (= --opt-level O1)");
+  train->add_option("--opt-level", t.opt_level,
+                    "O0 FP32; O1 autocast + GradScaler; O2 FP16 weights, FP32 norms and master weights; O3 pure FP16");
+  train->add_option("--fp32-op", t.fp32_ops, "run this op kind in FP32 under autocast (repeatable; e.g. conv_transpose3d)");
+  train->add_option("--fp32-module", t.fp32_modules,
+                    "run modules whose name starts with PREFIX in FP32 under autocast (repeatable; e.g. dec.3, head)");
+  train->add_option("--device", t.device, "cpu (default) or cuda: where the model, the batches and every op run")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  train->add_option("--memory-format", t.memory_format,
+                    "activations' layout on cuda: ndhwc (channels-last, the default there; what the Tensor Core "
+                    "convolutions read) or ncdhw. The CPU runs NCDHW only: ndhwc with --device cpu is an error")
+      ->check(CLI::IsMember({"ndhwc", "ncdhw"}));
+  train->add_option("--seed", t.seed, "random seed (init, patches, flips)")
+      ->transform(decimal_integer(0, std::numeric_limits<uint64_t>::max()));
+  train->add_option("--config", t.config, "recipe: cpu (2-core machine) or reference (the PyTorch reference's)")
+      ->check(CLI::IsMember({"cpu", "reference"}));
+  train->add_option("--val-every", t.val_every, "validate every N epochs (default: the recipe's)")
+      ->transform(decimal_integer(1, kMaxEvery));
+  train->add_option("--save-every", t.save_every,
+                    "write checkpoint.bin (and metrics.csv with it) every N epochs and after the last (default 1; "
+                    "the checkpoint holds the optimizer state, so on a GPU writing it can take as long as an epoch)")
+      ->transform(decimal_integer(1, kMaxEvery));
+  train->add_option("--max-minutes", t.max_minutes, "stop after the epoch that passes this much training time")
+      ->transform(finite_number(0, false));
+  train->add_flag("!--no-progress", t.progress, "no per-step progress bar on stderr");
+  train->add_flag("!--no-memory-check", t.memory_check,
+                  "start even when the estimated memory (printed at start) exceeds what the device has free");
+  train->add_option("--grad-stats", t.grad_stats,
+                    "write per-parameter gradient statistics against FP16's range (unscaled) to this CSV file");
+  train->add_option("--grad-stats-every", t.grad_stats_every, "collect --grad-stats every N optimizer steps (default 1)")
+      ->transform(decimal_integer(1, kMaxEvery));
+  train->add_flag("--precision-report", t.precision_report,
+                  "write the precision report (dtype per op, casts, loss-scale timeline; CSV and PNG) into --out");
+  train->add_flag("--detect-anomaly", t.detect_anomaly,
+                  "anomaly mode: stop at the first op whose output or gradient is NaN/inf (debugging; with AMP the "
+                  "overflows GradScaler would skip become errors)");
+  EvalArgs& e = eval_args;
+  eval = app.add_subcommand("eval", "Dice of a checkpoint on every pair of an MSD folder; prints one JSON line");
+  eval->add_option("--data", e.data, "MSD dataset folder (default: the mricron-data validation slab)");
+  eval->add_option("--checkpoint", e.checkpoint, "checkpoint.bin written by train")->required();
+  eval->add_option("--device", e.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  eval->add_flag("!--no-memory-check", e.memory_check,
+                 "evaluate even when the estimated memory of the largest volume's forward exceeds what is free");
+}
+
+void CommandLine::parse(const std::vector<std::string>& args) {
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's vector form takes them last first
+  app.parse(reversed);
+  if (*train) check_train_args(train_args);
+}
+
+void check_train_args(const TrainArgs& a) {
+  HG_CHECK(!(a.device == "cpu" && a.memory_format == "ndhwc"),
+           "halfgrad-unet3d train: --memory-format ndhwc asks for channels-last activations, but with --device cpu "
+           "every op runs NCDHW (channels-last is a CUDA layout here); drop --memory-format, or use --device cuda");
+}
+
+}  // namespace unet3d_app

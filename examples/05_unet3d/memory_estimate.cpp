@@ -1,0 +1,200 @@
+#include "examples/05_unet3d/memory_estimate.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "examples/05_unet3d/run_folder.h"
+
+namespace unet3d_app {
+
+using halfgrad::amp::OptLevel;
+
+namespace {
+
+// Element counts per sample, for a U-Net with widths c_0..c_{L-1}, bottleneck b, K classes, on V
+// voxels (v_l = V / 8^l at level l). Every block is conv, norm, ReLU, conv, norm, ReLU: six tensors
+// of c x v.
+//   training  what the tape keeps at the end of the forward: encoder blocks 6 c_l v_l + the pooled
+//             c_l v_l / 8; bottleneck 6 b v_L; decoder up-conv c_l v_l, concatenation 2 c_l v_l and
+//             block 6 c_l v_l; head and loss 3 K V; the input V.
+//   forward   without a tape a tensor lives until its last reader: the skips (c_l v_l each) while
+//             the decoder runs, plus the working set of the widest level-0 step (concatenation 2 c_0
+//             V, the block's conv in and out 2 c_0 V, up-conv c_0 V) and the logits and argmax 2 K V.
+double training_elements(const halfgrad::nn::UNet3dOptions& m, double voxels) {
+  double e = 0, v = voxels;
+  for (int64_t c : m.channels()) {
+    e += (6 + 0.125 + 9) * static_cast<double>(c) * v;
+    v /= 8;
+  }
+  e += 6 * static_cast<double>(m.bottleneck()) * v;
+  return e + (3 * static_cast<double>(m.num_classes()) + 1) * voxels;
+}
+
+double forward_elements(const halfgrad::nn::UNet3dOptions& m, double voxels) {
+  double e = 0, v = voxels;
+  for (int64_t c : m.channels()) {
+    e += static_cast<double>(c) * v;
+    v /= 8;
+  }
+  const double c0 = static_cast<double>(m.channels().front());
+  return e + 5 * c0 * voxels + (2 * static_cast<double>(m.num_classes()) + 1) * voxels;
+}
+
+// Bytes per element of the counts above, by opt level: the dtype of the activations, the casts that
+// autocast saves beside them, and the gradient buffers alive during backward (which peaks early in
+// backward, with most activations still held and the widest gradients being made). Calibrated with
+// tests/examples/unet3d_memory_test.cpp's configurations (peak_allocated_bytes of core/allocator.h,
+// one training step after the optimizer state exists, then a validation forward):
+// measured on the 2-core CPU machine (bytes of tensors above what was live before; the ratio is the
+// estimate over the measured peak with the coefficients below):
+//   train, widths 4-8-16-32 / 64 (208k params), 32^3 batch 2:  O0 31.6 MB (1.08)  O1 23.4 MB (1.08)
+//                                                               O2 23.4 MB (1.08)  O3 20.5 MB (1.08)
+//   train, same widths, 16x32x48 batch 4, O0:                    44.6 MB (1.08)
+//   train, the cpu recipe's 12-24-48-96 / 192 (3.18M params, 8 classes), 32x48x32:
+//                                          batch 1 O0 107.9 MB (1.05)   batch 2 O1 129.7 MB (1.09)
+//                                          32^3 batch 1 O3 49.7 MB (1.09)
+//   eval forward, cpu-recipe widths, 3 classes: O0 32x48x32 28.4 MB (1.08), 48x64x48 59.9 MB (1.11);
+//                                          48x64x48 O1 50.8 MB (1.21), O2 44.7 MB (1.24), O3 44.7 MB (1.24)
+// Extrapolated (linear in voxels): the forward of a 256^3 volume is estimated at 5.7 GiB with the cpu
+// recipe's widths and 7.5 GiB with the reference's (the 16 KB header-only file took 8.4 GB).
+// Beyond the model state, one training-step element costs 4.38 bytes at O0 (an FP32 tensor each, and
+// the gradients that backward holds at its peak), 2.8-3.0 bytes under O1-O3 (FP16 activations, FP32
+// norm statistics and casts); the coefficients carry a margin of about 8% over those.
+constexpr double kTrainBytesPerElement[4] = {4.8, 3.2, 3.3, 3.3};  // O0, O1, O2, O3
+constexpr double kForwardBytesPerElement[4] = {4.4, 4.0, 4.0, 4.0};
+// Model state, bytes per parameter (see the header).
+constexpr double kStateBytesPerParameter[4] = {16, 18, 16, 8};
+constexpr double kWeightBytesPerParameter[4] = {4, 4, 2, 2};  // eval: the parameters only
+constexpr double kCheckpointBytesPerParameter = 32;  // moments as base64 JSON, dumped once more
+
+uint64_t to_bytes(double b) {
+  if (!(b < 1.8e19)) return std::numeric_limits<uint64_t>::max();
+  return static_cast<uint64_t>(std::ceil(b));
+}
+
+double voxels_of(const std::array<int64_t, 3>& s) {
+  return static_cast<double>(s[0]) * static_cast<double>(s[1]) * static_cast<double>(s[2]);
+}
+
+std::string shape_text(const std::array<int64_t, 3>& s) {
+  return std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]);
+}
+
+uint64_t saturating_add(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
+}
+
+}  // namespace
+
+uint64_t MemoryEstimate::total() const {
+  return saturating_add(saturating_add(model_state, std::max(training_step, forward)), checkpoint_write);
+}
+
+std::string MemoryEstimate::describe() const {
+  std::ostringstream os;
+  os << human_bytes(total()) << " (model state " << human_bytes(model_state);
+  if (!step_what.empty()) os << ", training step of " << step_what << " " << human_bytes(training_step);
+  os << ", forward of " << forward_what << " " << human_bytes(forward);
+  if (checkpoint_write) os << ", checkpoint write " << human_bytes(checkpoint_write);
+  os << ")";
+  return os.str();
+}
+
+MemoryEstimate estimate_train_memory(const halfgrad::nn::UNet3dOptions& model, int64_t num_parameters,
+                                     const std::array<int64_t, 3>& step_shape, int64_t batch,
+                                     const std::array<int64_t, 3>& forward_shape, OptLevel level, bool on_cuda) {
+  HG_CHECK(batch >= 1, "estimate_train_memory: batch must be >= 1, got " << batch);
+  const int l = static_cast<int>(level);
+  const double p = static_cast<double>(num_parameters);
+  MemoryEstimate m;
+  m.model_state = to_bytes(kStateBytesPerParameter[l] * p);
+  m.training_step =
+      to_bytes(static_cast<double>(batch) * kTrainBytesPerElement[l] * training_elements(model, voxels_of(step_shape)));
+  m.forward = to_bytes(kForwardBytesPerElement[l] * forward_elements(model, voxels_of(forward_shape)));
+  m.checkpoint_write = on_cuda ? 0 : to_bytes(kCheckpointBytesPerParameter * p);
+  m.step_what = "batch " + std::to_string(batch) + " at " + shape_text(step_shape);
+  m.forward_what = shape_text(forward_shape);
+  return m;
+}
+
+MemoryEstimate estimate_eval_memory(const halfgrad::nn::UNet3dOptions& model, int64_t num_parameters,
+                                    const std::array<int64_t, 3>& forward_shape, OptLevel level) {
+  const int l = static_cast<int>(level);
+  MemoryEstimate m;
+  m.model_state = to_bytes(kWeightBytesPerParameter[l] * static_cast<double>(num_parameters));
+  m.forward = to_bytes(kForwardBytesPerElement[l] * forward_elements(model, voxels_of(forward_shape)));
+  m.forward_what = shape_text(forward_shape);
+  return m;
+}
+
+// "0::/user.slice/..." in /proc/self/cgroup names the process's cgroup v2 folder; its memory.max
+// ("max" when unlimited) minus memory.current is what the OOM killer lets the process still take.
+static bool cgroup_headroom(uint64_t& bytes) {
+  std::ifstream cg("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(cg, line))
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+  if (path.empty()) return false;
+  const std::string dir = "/sys/fs/cgroup" + (path == "/" ? std::string() : path);
+  std::ifstream max_f(dir + "/memory.max"), cur_f(dir + "/memory.current");
+  std::string max_s;
+  uint64_t cur = 0;
+  if (!(max_f >> max_s) || max_s == "max" || !(cur_f >> cur)) return false;
+  const uint64_t max = std::stoull(max_s);
+  bytes = max > cur ? max - cur : 0;
+  return true;
+}
+
+MemoryAvailable available_memory(const std::string& device) {
+  MemoryAvailable a;
+  if (device == "cuda") {
+    const halfgrad::cuda::MemoryInfo info = halfgrad::cuda::memory_info();
+    const halfgrad::cuda::AllocatorStats st = halfgrad::cuda::allocator_stats();
+    a.bytes = info.free_bytes + (st.reserved_bytes - st.allocated_bytes);
+    a.source = "cudaMemGetInfo's free bytes and halfgrad's cached blocks, of " + human_bytes(info.total_bytes);
+    return a;
+  }
+  HG_CHECK(device == "cpu", "available_memory: device must be cpu or cuda, got '" << device << "'");
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  bool found = false;
+  while (meminfo >> key) {
+    if (key == "MemAvailable:" && (meminfo >> kib)) { found = true; break; }
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (found) {
+    a.bytes = kib * 1024;
+    a.source = "MemAvailable in /proc/meminfo";
+  } else {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    HG_CHECK(pages > 0 && page > 0, "available_memory: neither /proc/meminfo's MemAvailable nor "
+                                    "sysconf(_SC_AVPHYS_PAGES) tells the free memory; pass --no-memory-check");
+    a.bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+    a.source = "sysconf(_SC_AVPHYS_PAGES)";
+  }
+  uint64_t cg = 0;
+  if (cgroup_headroom(cg) && cg < a.bytes) {
+    a.bytes = cg;
+    a.source = "the cgroup's memory.max - memory.current";
+  }
+  return a;
+}
+
+void check_memory(const MemoryEstimate& need, const MemoryAvailable& available, const std::string& cmd,
+                  const std::string& device, const std::string& hint) {
+  HG_CHECK(need.total() <= available.bytes,
+           "halfgrad-unet3d " << cmd << ": this run needs about " << need.describe() << ", but the "
+                              << (device == "cuda" ? "GPU" : "CPU") << " has " << human_bytes(available.bytes)
+                              << " available (" << available.source << "); " << hint
+                              << ", or pass --no-memory-check to start anyway");
+}
+
+}  // namespace unet3d_app

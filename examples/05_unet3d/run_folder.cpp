@@ -1,0 +1,138 @@
+#include "examples/05_unet3d/run_folder.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "nn/checkpoint.h"
+
+namespace unet3d_app {
+
+namespace fs = std::filesystem;
+
+std::string human_bytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) { v /= 1024; ++u; }
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
+  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+static uint64_t file_size_or_zero(const fs::path& p) {
+  std::error_code ec;
+  const auto n = fs::file_size(p, ec);
+  return ec ? 0 : static_cast<uint64_t>(n);
+}
+
+RunFolderContents inspect_run_folder(const std::string& dir) {
+  RunFolderContents c;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return c;
+  for (const std::string& name : run_file_names()) {
+    if (fs::exists(fs::path(dir) / name, ec)) c.run_files.push_back(name);
+    if (fs::exists(fs::path(dir) / (name + ".tmp"), ec)) c.stale_temps.push_back(name + ".tmp");
+  }
+  const fs::path ckpt = fs::path(dir) / "checkpoint.bin";
+  if (fs::exists(ckpt, ec)) {
+    std::ostringstream os;
+    os << "checkpoint.bin (";
+    try {
+      const nlohmann::json meta = halfgrad::nn::read_checkpoint_metadata(ckpt.string());
+      if (meta.is_object() && meta.contains("epoch")) os << "epoch " << meta.at("epoch").dump();
+      else os << "no epoch in its metadata";
+      if (meta.is_object() && meta.contains("recipe")) os << " of recipe " << meta.at("recipe").dump();
+    } catch (const halfgrad::Error&) {
+      os << "unreadable";  // the folder is refused all the same: it is somebody's file
+    }
+    os << ", " << human_bytes(file_size_or_zero(ckpt)) << ")";
+    c.checkpoint_summary = os.str();
+  }
+  const fs::path csv = fs::path(dir) / "metrics.csv";
+  if (fs::exists(csv, ec)) {
+    std::ifstream in(csv);
+    std::string line;
+    int64_t rows = -1;  // the header is not a row
+    while (std::getline(in, line))
+      if (!line.empty()) ++rows;
+    c.metrics_summary = "metrics.csv (" + std::to_string(std::max<int64_t>(rows, 0)) + " epoch rows)";
+  }
+  return c;
+}
+
+// "checkpoint.bin (epoch 12 of recipe "cpu", 12.7 MiB), metrics.csv (12 epoch rows), loss_scale.csv"
+static std::string describe_contents(const RunFolderContents& c) {
+  std::vector<std::string> parts;
+  if (!c.checkpoint_summary.empty()) parts.push_back(c.checkpoint_summary);
+  if (!c.metrics_summary.empty()) parts.push_back(c.metrics_summary);
+  for (const std::string& f : c.run_files)
+    if (f != "checkpoint.bin" && f != "metrics.csv") parts.push_back(f);
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
+  return s;
+}
+
+void check_run_folder(const std::string& dir, bool overwrite) {
+  std::error_code ec;
+  HG_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec),
+           "halfgrad-unet3d train: --out " << dir << " exists and is not a directory; expected a run folder");
+  if (overwrite) return;
+  const RunFolderContents c = inspect_run_folder(dir);
+  HG_CHECK(c.run_files.empty(), "halfgrad-unet3d train: --out " << dir << " already holds a run: "
+                                    << describe_contents(c)
+                                    << "; refusing to overwrite it. Pass --overwrite to replace it, or choose "
+                                       "another --out folder");
+}
+
+std::vector<std::string> prepare_run_folder(const std::string& dir, bool overwrite) {
+  check_run_folder(dir, overwrite);
+  const RunFolderContents c = inspect_run_folder(dir);
+  std::vector<std::string> notes;
+  std::error_code ec;
+  auto remove = [&](const std::string& name) {
+    const fs::path p = fs::path(dir) / name;
+    fs::remove(p, ec);
+    HG_CHECK(!ec, "halfgrad-unet3d train: cannot remove " << p.string() << " (" << ec.message()
+                                                          << "); remove it by hand");
+  };
+  for (const std::string& tmp : c.stale_temps) {
+    const uint64_t n = file_size_or_zero(fs::path(dir) / tmp);
+    remove(tmp);
+    notes.push_back("removed " + (fs::path(dir) / tmp).string() + " (" + human_bytes(n) +
+                    "), left by an interrupted write");
+  }
+  if (!c.run_files.empty()) {
+    for (const std::string& f : c.run_files) remove(f);
+    notes.push_back("--overwrite: removed the earlier run in " + dir + ": " + describe_contents(c));
+  }
+  return notes;
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    HG_CHECK(out.good(), "halfgrad-unet3d: cannot write " << tmp << " (" << std::strerror(errno)
+                                                          << "); expected a writable run folder");
+    out << text;
+    out.flush();
+    if (!out.good()) {
+      std::remove(tmp.c_str());
+      HG_FAIL("halfgrad-unet3d: writing " << tmp << " failed (disk full?)");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    HG_FAIL("halfgrad-unet3d: renaming " << tmp << " to " << path << " failed (" << std::strerror(err) << ")");
+  }
+}
+
+}  // namespace unet3d_app

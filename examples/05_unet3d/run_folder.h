@@ -1,0 +1,53 @@
+// run_folder.h - what `halfgrad-unet3d train --out DIR` may do to DIR: continue or refuse, never
+// overwrite a run without being asked (the behaviour nnU-Net and MONAI users expect).
+//
+// A run folder holds checkpoint.bin (model, optimizer, GradScaler state; its metadata's "epoch" is the
+// epoch its weights are from, and "metrics" the metrics.csv rows up to that epoch) and metrics.csv
+// (metrics.h: rewritten atomically right after each checkpoint, so it lists exactly the checkpoint's
+// epochs), plus, on request, the precision report's files (amp/precision_report.h). Writes go
+// through "<name>.tmp" and a rename; a process killed during one leaves that temp file behind.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace unet3d_app {
+
+/// The files of DIR a training run writes, by name.
+inline const std::vector<std::string>& run_file_names() {
+  static const std::vector<std::string> names = {
+      "checkpoint.bin",    "metrics.csv",    "precision_ops.csv", "precision_casts.csv", "loss_scale.csv",
+      "loss_scale.gp",     "loss_scale.png", "cast_bytes.csv",    "cast_bytes.gp",       "cast_bytes.png"};
+  return names;
+}
+
+struct RunFolderContents {
+  std::vector<std::string> run_files;    // names of run_file_names() present in the folder
+  std::vector<std::string> stale_temps;  // "<run file>.tmp" present: left by an interrupted write
+  std::string checkpoint_summary;        // "checkpoint.bin (epoch 12 of recipe 'cpu', 12.7 MiB)", or why unreadable
+  std::string metrics_summary;           // "metrics.csv (12 epoch rows)"
+};
+
+/// What `dir` holds of a run; an absent folder holds nothing. Reading never changes the folder.
+RunFolderContents inspect_run_folder(const std::string& dir);
+
+/// Continue or refuse: when `dir` holds an earlier run's files and `overwrite` is false, throws
+/// halfgrad::Error naming the folder, what it holds and the options (--overwrite, or another --out).
+/// Also throws when `dir` exists and is not a directory. Never changes the folder; train calls it
+/// before loading the data, so a refusal comes at once.
+void check_run_folder(const std::string& dir, bool overwrite);
+
+/// check_run_folder, then makes the folder ready for a new run: removes the stale temp files and,
+/// with `overwrite`, the earlier run's files, so that the folder never mixes two runs. Returns one
+/// note per file removed, e.g. "removed RUN/checkpoint.bin.tmp (22.1 MiB), left by an interrupted
+/// write". Throws halfgrad::Error naming the file when one cannot be removed.
+std::vector<std::string> prepare_run_folder(const std::string& dir, bool overwrite);
+
+/// Writes `text` to `path` through "<path>.tmp" and a rename (atomic on POSIX): a reader sees the old
+/// file or the new one, never half of one. Throws halfgrad::Error naming the path on failure.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+/// "812 B", "3.4 KiB", "12.7 MiB", "8.4 GiB" (binary units, one decimal), for messages.
+std::string human_bytes(uint64_t n);
+
+}  // namespace unet3d_app

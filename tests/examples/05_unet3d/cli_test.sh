@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# CTest halfgrad_unet3d_cli: the built halfgrad-unet3d run with bad arguments; each case checks the
+# exit status (2 for a bad command line, 1 for a refused run) and that stderr says what is wrong.
+#   cli_test.sh BINARY SOURCE_DIR SHARED_DIR
+set -uo pipefail
+bin=$1 src=$2 shared=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# expect STATUS TEXT... -- ARGS...: runs the program, checks its status and that its output holds
+# every TEXT.
+expect() {
+  local want=$1 texts=() t
+  shift
+  while [[ $1 != -- ]]; do texts+=("$1"); shift; done
+  shift
+  local out status ok=1
+  out=$("$bin" "$@" 2>&1)
+  status=$?
+  [[ $status == "$want" ]] || ok=0
+  for t in "${texts[@]}"; do [[ $out == *"$t"* ]] || ok=0; done
+  if [[ $ok == 0 ]]; then
+    echo "FAIL: halfgrad-unet3d $* -> status $status (expected $want), output:"
+    echo "$out" | head -20
+    printf '  expected it to contain: %s\n' "${texts[@]}"
+    failures=$((failures + 1))
+  else
+    echo "ok: halfgrad-unet3d $* -> $status"
+  fi
+}
+
+expect 2 "--epochs: '0x10' is not a decimal integer" -- train --out "$tmp/a" --epochs 0x10
+expect 2 "--epochs: '99999999999999999999' is out of range; expected a decimal integer in [1, 1000000]" \
+  -- train --out "$tmp/a" --epochs 99999999999999999999
+expect 2 "--seed" -- train --out "$tmp/a" --seed -1
+expect 2 "--lr: 'nan' is out of range; expected a finite number > 0" -- train --out "$tmp/a" --lr nan
+expect 2 "--memory-format ndhwc asks for channels-last activations, but with --device cpu" \
+  -- train --out "$tmp/a" --memory-format ndhwc
+expect 0 "--overwrite" "--no-memory-check" "INT:decimal in [1, 1000000]" -- train --help
+
+# A folder holding a run is refused before any data is loaded, and left as it was.
+mkdir -p "$tmp/run"
+echo "an earlier checkpoint" > "$tmp/run/checkpoint.bin"
+printf 'epoch,train_loss\n1,0.5\n' > "$tmp/run/metrics.csv"
+expect 1 "already holds a run: checkpoint.bin (unreadable, 22 B), metrics.csv (1 epoch rows); refusing to overwrite it. Pass --overwrite" \
+  -- train --out "$tmp/run" --data /nonexistent
+if [[ $(cat "$tmp/run/checkpoint.bin") != "an earlier checkpoint" ]]; then
+  echo "FAIL: the refused run folder was changed"; failures=$((failures + 1))
+fi
+
+# The memory check: --batch 100000 is refused from the shapes, before the run folder is made.
+if [[ -f $shared/data/hippocampus/dataset.json ]]; then
+  expect 1 "error: halfgrad-unet3d train: this run needs about" "training step of batch 100000 at 32x48x32" \
+    "but the CPU has" "lower --batch (now 100000), or pass --no-memory-check" \
+    -- train --data "$shared/data/hippocampus" --out "$tmp/big" --batch 100000 --no-progress
+  if [[ -e $tmp/big ]]; then echo "FAIL: a refused run created its folder"; failures=$((failures + 1)); fi
+else
+  echo "skipped: the --batch 100000 memory check (no $shared/data/hippocampus)"
+fi
+
+# tools/train_default.sh: the user's --out / --config win; its own folder gets --overwrite.
+check_default() {
+  local want=$1
+  shift
+  local got
+  got=$(TRAIN_DEFAULT_PRINT=1 bash "$src/tools/train_default.sh" "$@")
+  if [[ $got != "$want" ]]; then
+    echo "FAIL: train_default.sh $* -> '$got', expected '$want'"; failures=$((failures + 1))
+  else
+    echo "ok: train_default.sh $* -> $got"
+  fi
+}
+check_default "build/examples/halfgrad-unet3d train --config cpu --out runs/default --overwrite --amp" --amp
+check_default "build/examples/halfgrad-unet3d train --config cpu --out mine" --out mine
+check_default "build/examples/halfgrad-unet3d train --out runs/default --overwrite --config=reference" --config=reference
+
+if [[ $failures != 0 ]]; then
+  echo "$failures case(s) failed"
+  exit 1
+fi
+echo "all cases passed"
