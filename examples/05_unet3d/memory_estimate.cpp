@@ -62,6 +62,9 @@ double forward_elements(const halfgrad::nn::UNet3dOptions& m, double voxels) {
 //                                          32^3 batch 1 O3 49.7 MB (1.09)
 //   eval forward, cpu-recipe widths, 3 classes: O0 32x48x32 28.4 MB (1.08), 48x64x48 59.9 MB (1.11);
 //                                          48x64x48 O1 50.8 MB (1.21), O2 44.7 MB (1.24), O3 44.7 MB (1.24)
+//   whole runs (halfgrad-unet3d train --config reference --batch 2 on 5 hippocampus pairs, its
+//   printed "memory: peak"): 48x64x48 O0 511.1 MiB (1.05), O1 364.5 MiB (1.09).
+// The checkpoint-write term is not calibrated: it counts the base64 text of the moments twice.
 // Extrapolated (linear in voxels): the forward of a 256^3 volume is estimated at 5.7 GiB with the cpu
 // recipe's widths and 7.5 GiB with the reference's (the 16 KB header-only file took 8.4 GB).
 // Beyond the model state, one training-step element costs 4.38 bytes at O0 (an FP32 tensor each, and
