@@ -11,7 +11,8 @@
 // Device: CPU (NCDHW) or CUDA (NCDHW or NDHWC, float32 / float16; y and dx keep x's memory format; on
 // CUDA running stats must be float32 CUDA tensors and are updated on the device).
 // weight/bias (C) may be undefined (no affine). running_mean/var (C) float32, updated in place
-// (not on the tape) when training and defined.
+// (not on the tape; each one's version, core/tensor.h, goes up by one) when training and defined.
+// Backward reads x and weight: modifying either in place before it throws (autograd/node.h).
 // Errors: x with fewer than 2 dims, C mismatching weight/bias/running stats, training with one value
 // per channel (PyTorch's "Expected more than 1 value per channel when training").
 #pragma once
