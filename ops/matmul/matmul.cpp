@@ -231,7 +231,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor y = from_compute(yc, dt);
   const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.requires_grad();
   return autograd::record("linear", y, {xc, wc, bc},
-                            {autograd::Save::input(0, "input", gw), autograd::Save::input(1, "weight", gx)},
+                          {autograd::Save::input(0, "input", gw), autograd::Save::input(1, "weight", gx)},
                           [gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor()](
                               const Tensor& gy) -> std::vector<Tensor> {
                             Tensor dx, dw, db;
