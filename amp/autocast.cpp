@@ -14,6 +14,8 @@ namespace {
 struct CacheEntry {
   Tensor source;  // keeps the key's TensorImpl alive, so its address names it until the entry goes
   Tensor cast;    // its FP16 copy, made by the differentiable cast (carries the tape node)
+  const Storage* source_storage;  // source's buffer and its version when cast: a later in-place write
+  uint64_t source_version;        // (optimizer step, fill_, copy_from) or a storage swap makes the copy stale
 };
 
 struct ThreadState {
@@ -131,13 +133,19 @@ bool cast_cache_enabled() { return t_state.enabled && t_state.cache_enabled; }
 
 Tensor cast_cache_lookup(const Tensor& source) {
   auto it = t_state.cast_cache.find(source.impl());
-  return it == t_state.cast_cache.end() ? Tensor() : it->second.cast;
+  if (it == t_state.cast_cache.end()) return Tensor();
+  const CacheEntry& e = it->second;
+  if (e.source_storage != source.impl()->storage.get() || e.source_version != source.version()) {
+    t_state.cast_cache.erase(it);  // the weight changed since it was cast: the caller casts it again
+    return Tensor();
+  }
+  return e.cast;
 }
 
 void cast_cache_insert(const Tensor& source, const Tensor& cast) {
   HG_CHECK(t_state.enabled_depth > 0, "amp::cast_cache_insert: called outside an enabled AutocastGuard; "
                                       "the entry would never be cleared");
-  t_state.cast_cache[source.impl()] = CacheEntry{source, cast};
+  t_state.cast_cache[source.impl()] = CacheEntry{source, cast, source.impl()->storage.get(), source.version()};
 }
 
 size_t cast_cache_size() { return t_state.cast_cache.size(); }

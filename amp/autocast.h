@@ -26,8 +26,10 @@
 // tensor that requires grad is cast to FP16 once; later casts of it reuse that FP16 tensor, and its
 // backward sums the gradients of every use into the one FP32 weight. The cache is emptied when the
 // outermost enabled guard closes (so the next iteration, after optimizer.step(), casts the updated
-// weights afresh). As in PyTorch the cache assumes the weights do not change inside the region: call
-// optimizer.step() outside it. Differences from PyTorch: the cache is emptied when the last *enabled*
+// weights afresh). PyTorch's cache assumes the weights do not change inside the region, and serves a
+// stale FP16 copy when they do; halfgrad's entry remembers the weight's version (core/tensor.h) and
+// casts again when it changed (an optimizer.step(), fill_ or copy_from inside the region, e.g. a
+// gradient-accumulation loop under one guard), so the FP16 copy always holds the current weights. Differences from PyTorch: the cache is emptied when the last *enabled*
 // guard closes (PyTorch counts disabled ones too, so an outer `autocast(enabled=False)` around a loop
 // would keep stale casts there), and no cast made under NoGradGuard is cached. (PyTorch's cache has
 // kept such tape-less casts, so a no-grad forward followed by a grad forward in one region left the
@@ -111,7 +113,9 @@ bool set_op_fp32(OpKind kind, bool fp32);
 /// Whether a cast made now may be cached: autocast is enabled on this thread and the innermost guard
 /// did not turn the cache off. (Grad mode and the tensor's kind are checked by the op, above us.)
 bool cast_cache_enabled();
-/// The FP16 copy cached for `source` in this thread's current region, or an undefined Tensor.
+/// The FP16 copy cached for `source` in this thread's current region, or an undefined Tensor; also
+/// undefined (and the entry dropped) when `source` was written in place since it was cast (its
+/// version, core/tensor.h, or its storage changed), so a stale FP16 copy is never served.
 Tensor cast_cache_lookup(const Tensor& source);
 /// Remember `cast` as the FP16 copy of `source` (replacing an older entry). The entry holds both
 /// handles, so `source`'s address cannot be reused by another tensor while it is cached. Throws

@@ -111,6 +111,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
         p.set_grad(dst);
         keep_alive.push_back(g);
       }
+      dst.bump_version();  // written in place by the launch below
       cuda_grads.push_back({g.raw_data(), dst.raw_data(), g.numel(), g.dtype(), dst.dtype()});
       continue;
     }
@@ -120,6 +121,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       g = g.cast_copy(kFloat32);
       p.set_grad(g);
     }
+    g.bump_version();  // divided in place
     found_inf |= g.dtype() == kFloat64 ? unscale_in_place(g.data<double>(), g.numel(), inv_scale)
                                        : unscale_in_place(g.data<float>(), g.numel(), inv_scale);
   }

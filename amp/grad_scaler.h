@@ -128,7 +128,9 @@ class GradScaler {
   /// rounded once). Disabled: returns `loss`.
   Tensor scale(const Tensor& loss);
   /// Divide `optimizer`'s gradients by S (multiply by float(1 / double(S))) and record whether any
-  /// was inf or NaN. At most once per optimizer between update()s, and not after step().
+  /// was inf or NaN. At most once per optimizer between update()s, and not after step(). Writes the
+  /// gradients in place: each one's version (Tensor::version) goes up by one (an FP16 gradient is
+  /// replaced by a new FP32 one instead, under fp16_grads_to_fp32).
   void unscale_(optim::Optimizer& optimizer);
   /// unscale_ if not done yet this iteration, then optimizer.step() unless a gradient was inf/NaN.
   /// Returns whether optimizer.step() ran. Throws if no parameter of `optimizer` has a gradient

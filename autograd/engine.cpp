@@ -2,6 +2,7 @@
 #include "core/cuda/tensor_kernels.h"
 #include <algorithm>
 #include <map>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -50,12 +51,23 @@ static void run_forward_hooks(const char* name, const Tensor& output, const std:
   for (auto& [id, hook] : forward_hooks()) hook(name, output, inputs);
 }
 
-Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn fn) {
+Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, std::initializer_list<Save> saved,
+              BackwardFn fn) {
   if (t_forward_hook_count) run_forward_hooks(name, output, inputs);
   if (!needs_grad(inputs)) return output;
   auto node = std::make_shared<Node>();
   node->name = name;
   if (nvtx_enabled()) node->nvtx_name = std::string("backward ") + name;
+  node->saved.reserve(saved.size());
+  for (const Save& s : saved) {
+    HG_CHECK(s.kind != Save::Kind::Input || (s.index >= 0 && static_cast<size_t>(s.index) < inputs.size()),
+             name << ": record() saves input " << s.index << " '" << s.name << "' but the op has " << inputs.size()
+                  << " inputs");
+    if (!s.when) continue;
+    const Tensor& t = s.kind == Save::Kind::Input ? inputs[s.index] : s.kind == Save::Kind::Output ? output : s.captured;
+    if (!t.defined()) continue;
+    node->saved.push_back({s.kind, s.index, s.name, t.impl()->storage, t.version(), t.shape(), t.dtype()});
+  }
   node->inputs = inputs;
   node->backward = std::move(fn);
   node->output_shape = output.shape();
@@ -63,6 +75,28 @@ Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs
   output.impl()->requires_grad = true;
   output.impl()->grad_fn = std::move(node);
   return output;
+}
+
+void check_saved_versions(const Node& node) {
+  for (const SavedTensor& s : node.saved) {
+    const bool replaced =
+        s.kind == Save::Kind::Input && node.inputs[s.index].impl()->storage.get() != s.storage.get();
+    if (!replaced && s.storage->version() == s.version) continue;
+    std::ostringstream what;
+    if (s.kind == Save::Kind::Input) what << "input " << s.index << " '" << s.name << "'";
+    else if (s.kind == Save::Kind::Output) what << "the op's output";
+    else what << "'" << s.name << "'";
+    what << ", " << shape_str(s.shape) << " " << dtype_name(s.dtype);
+    if (replaced)
+      HG_FAIL(node.name << " backward: a tensor saved for gradient computation (" << what.str()
+                        << ") has been given another storage since (Module::to swaps a parameter's storage): "
+                           "backward would read the old values. Call Module::to before the forward");
+    HG_FAIL(node.name << " backward: a tensor saved for gradient computation (" << what.str()
+                      << ") has been modified by an in-place operation: it is at version " << s.storage->version()
+                      << ", expected version " << s.version
+                      << ". Hint: the in-place write (fill_, copy_from, an optimizer step, ...) happened between "
+                         "the forward and this backward; move it after backward(), or write into a clone()");
+  }
 }
 
 static std::map<int, BackwardHook>& hooks() {
@@ -125,10 +159,12 @@ static void accumulate(std::shared_ptr<TensorImpl>& slot, const Tensor& g, Dtype
       slot = acc.impl_ptr();
     }
     cuda::accumulate(acc.raw_data(), gg.raw_data(), dtype, acc.numel());
+    if (leaf) acc.bump_version();  // .grad += g in place
     return;
   }
   if (leaf) {
     add_into(acc, g, acc);
+    if (acc.dtype() != kFloat16) acc.bump_version();  // (the half path writes through copy_from, which counts)
   } else {
     Tensor out = Tensor::empty(shape, dtype);
     add_into(acc, g, out);
@@ -170,6 +206,7 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
     HG_CHECK(!node->freed, "backward: trying to backward through the graph a second time (op '" << node->name
                                << "'); its saved tensors were freed. Pass retain_graph=true to the first backward "
                                   "if you need to backward twice");
+    check_saved_versions(*node);
     for (auto& [id, hook] : hooks()) hook(*node, g);
     if (anomaly) check_backward_anomaly_incoming(*node, g);
     std::vector<Tensor> in_grads;
@@ -194,6 +231,7 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
     }
     if (!retain_graph) {
       node->backward = nullptr;  // frees the saved tensors the closure captured
+      node->saved.clear();
       node->freed = true;
     }
   }
@@ -257,6 +295,7 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
     if (!slot) slot = seed.clone().impl_ptr();
     else if (is_cuda()) {
       cuda::accumulate(Tensor(slot).raw_data(), seed.raw_data(), dtype(), numel());
+      Tensor(slot).bump_version();
     } else {
       Tensor acc(slot);
       std::vector<double> a = acc.to_double_vector(), b = seed.to_double_vector();

@@ -9,8 +9,30 @@
 //
 // Reference cycles: a closure must capture outputs through `Tensor::detach()` (the output's impl
 // owns the node, so capturing the output itself would leak the graph).
+//
+// Saved tensors and their versions (PyTorch's SavedVariable version check). A closure that reads a
+// tensor's values (mul reads both operands, relu its output, conv3d its input and weight) would give
+// a silently wrong gradient if that tensor were modified in place between forward and backward. So
+// each record() call lists what its closure reads - Save::input(i, name) for record()'s i-th input,
+// Save::output() for the op's result, Save::tensor(t, name) for another tensor it captured (labels,
+// statistics) - and record() notes each one's storage and version (core/tensor.h: the count of
+// in-place writes, shared by views and detach()). Before running a node's closure the engine checks
+// them and throws halfgrad::Error, as PyTorch does:
+//   "conv3d backward: a tensor saved for gradient computation (input 1 'weight', [16, 1, 3, 3, 3]
+//    float32) has been modified by an in-place operation: it is at version 3, expected version 2. ..."
+// An input whose TensorImpl was given another storage since (Module::to) is reported as replaced.
+// The list says what the closure reads, not what PyTorch's op happens to save: add, sub, affine,
+// reshape, cat, the casts, sum/mean and max_pool3d (which keeps only its argmax) read no tensor's
+// values, so modifying their inputs is fine and does not throw. Inputs a closure captures only when
+// another input needs a gradient (conv3d's input, for dweight) are listed under the same condition.
+// A new forward saves the versions anew, so an optimizer step between iterations never trips it;
+// a step between a forward and its backward (or between two backwards of a retained graph) does.
+// Cost: record() copies a shared_ptr, a shape and an integer per saved tensor; backward compares
+// one integer (and one pointer, for inputs) per saved tensor. No per-element work, and nothing at all
+// without grad mode or inputs that require grad (no node is recorded).
 #pragma once
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -20,6 +42,35 @@ namespace halfgrad::autograd {
 
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
 
+/// What a closure reads besides its incoming gradient, for record()'s list (see the file comment).
+struct Save {
+  enum class Kind : uint8_t { Input, Output, Tensor };
+  Kind kind = Kind::Input;
+  int index = 0;          // Kind::Input: the position in record()'s inputs
+  const char* name = "";  // the argument's name in the error message ("weight"); a string literal
+  bool when = true;       // false: not captured this time (e.g. conv3d's input when dweight is not needed)
+  halfgrad::Tensor captured;  // Kind::Tensor: the tensor
+
+  /// record()'s inputs[index], named after the op's argument. Skipped when `when` is false or the
+  /// input is undefined (an absent bias).
+  static Save input(int index, const char* name, bool when = true) { return {Kind::Input, index, name, when, {}}; }
+  /// The op's output (which the closure holds through detach()); skipped when `when` is false.
+  static Save output(bool when = true) { return {Kind::Output, 0, "result", when, {}}; }
+  /// Another tensor the closure captured (integer labels, a statistic); skipped when undefined.
+  static Save tensor(const halfgrad::Tensor& t, const char* name) { return {Kind::Tensor, 0, name, true, t}; }
+};
+
+/// One saved tensor as record() saw it; the engine compares it with the storage now.
+struct SavedTensor {
+  Save::Kind kind = Save::Kind::Input;
+  int index = 0;
+  const char* name = "";
+  std::shared_ptr<Storage> storage;  // the buffer at save time (the closure holds it too)
+  uint64_t version = 0;              // storage->version() at save time
+  Shape shape;                       // for the message
+  Dtype dtype = kFloat32;
+};
+
 struct Node {
   std::string name;            // op name, used in error messages ("conv3d")
   std::string nvtx_name;       // "backward conv3d": the NVTX range around this node's backward
@@ -28,7 +79,12 @@ struct Node {
   bool freed = false;
   Shape output_shape;          // to check the incoming gradient
   Dtype output_dtype = kFloat32;
+  std::vector<SavedTensor> saved;  // what the closure reads, checked before it runs; emptied with it
 };
+
+/// Throws halfgrad::Error if a tensor `node` saved was modified in place (or, for an input, given
+/// another storage) since record(); the message names the op, the tensor and both versions.
+void check_saved_versions(const Node& node);
 
 /// Whether ops record the tape on this thread (true by default).
 bool grad_mode_enabled();
@@ -51,7 +107,11 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 
 /// Attach a node to `output` (making it a non-leaf that requires grad) if needs_grad(inputs).
 /// Returns `output` for chaining. The closure runs at most once unless backward(retain_graph=true).
-Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn fn);
+/// `saved` lists every tensor whose values the closure reads ({} when it reads none: add, reshape),
+/// with their versions checked at backward (see the file comment). Throws halfgrad::Error for a
+/// Save::input index outside `inputs`.
+Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, std::initializer_list<Save> saved,
+              BackwardFn fn);
 
 /// Backward hooks run on every (node, grad_output) pair before the node's closure (process-wide, on
 /// whichever thread runs backward). Returns an id for remove_backward_hook. Anomaly mode does not use

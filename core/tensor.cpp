@@ -91,9 +91,24 @@ Tensor Tensor::zeros(const Shape& shape, Dtype dtype, Device device, MemoryForma
   return t;
 }
 Tensor Tensor::ones(const Shape& shape, Dtype dtype, Device device) { return full(shape, 1.0, dtype, device); }
+// Every element of t = value (not counted: fill_ counts, factories make version-0 tensors).
+static void fill_buffer(const Tensor& t, double value) {
+  const int64_t n = t.numel();
+  if (t.device() == Device::CUDA) {
+    cuda::fill(t.raw_data(), t.dtype(), n, value);
+    return;
+  }
+  switch (t.dtype()) {
+    case kFloat32: { float* p = t.data<float>(); float v = static_cast<float>(value); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
+    case kFloat16: { uint16_t* p = t.data<uint16_t>(); uint16_t v = float_to_half_bits(static_cast<float>(value)); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
+    case kFloat64: { double* p = t.data<double>(); for (int64_t i = 0; i < n; ++i) p[i] = value; break; }
+    case kInt64: { int64_t* p = t.data<int64_t>(); int64_t v = static_cast<int64_t>(value); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
+  }
+}
+
 Tensor Tensor::full(const Shape& shape, double value, Dtype dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  t.fill_(value);
+  fill_buffer(t, value);
   return t;
 }
 Tensor Tensor::scalar(double value, Dtype dtype) { return full({}, value, dtype); }
@@ -340,6 +355,7 @@ void Tensor::copy_from(const Tensor& src) {
     s = s.format_copy(memory_format());
   }
   if (s.device() != device()) s = s.copy_to(device());  // same dtype move, then convert on the destination
+  bump_version();
   if (device() == Device::CUDA) {
     if (s.is_same(*this) || s.raw_data() == raw_data()) return;
     cuda::convert(s.raw_data(), s.dtype(), raw_data(), dtype(), numel());
@@ -348,18 +364,20 @@ void Tensor::copy_from(const Tensor& src) {
   }
 }
 
+uint64_t Tensor::version() const {
+  check_defined("version");
+  return impl_->storage->version();
+}
+
+void Tensor::bump_version() const {
+  check_defined("bump_version");
+  impl_->storage->bump_version();
+}
+
 void Tensor::fill_(double value) {
-  const int64_t n = numel();
-  if (device() == Device::CUDA) {
-    cuda::fill(raw_data(), dtype(), n, value);
-    return;
-  }
-  switch (dtype()) {
-    case kFloat32: { float* p = data<float>(); float v = static_cast<float>(value); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
-    case kFloat16: { uint16_t* p = data<uint16_t>(); uint16_t v = float_to_half_bits(static_cast<float>(value)); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
-    case kFloat64: { double* p = data<double>(); for (int64_t i = 0; i < n; ++i) p[i] = value; break; }
-    case kInt64: { int64_t* p = data<int64_t>(); int64_t v = static_cast<int64_t>(value); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
-  }
+  check_defined("fill_");
+  bump_version();
+  fill_buffer(*this, value);
 }
 
 }  // namespace halfgrad

@@ -17,6 +17,7 @@
 // channels_last_3d), only for 5-D tensors. CUDA ops accept both and keep the input's format; CPU ops
 // need Contiguous and say so. `to(MemoryFormat)` converts (differentiable).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -44,7 +45,8 @@ const char* device_name(Device d);
 
 enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast3d };
 
-/// Owned bytes: 64-byte aligned host memory, or 256-byte aligned device memory (CUDA caching allocator).
+/// Owned bytes: 64-byte aligned host memory, or 256-byte aligned device memory (CUDA caching allocator),
+/// and the version counter of every tensor that reads them (see Tensor::version).
 class Storage {
  public:
   explicit Storage(size_t nbytes, Device device = Device::CPU);
@@ -55,11 +57,18 @@ class Storage {
   const void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  /// In-place writes so far (Tensor::version); a plain counter, bumped once per in-place API call.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  /// Continue another storage's count: Module::to swaps a parameter's storage for a converted copy,
+  /// and the parameter's version goes on from where the old storage left it.
+  void set_version(uint64_t v) { version_.store(v, std::memory_order_relaxed); }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_ = Device::CPU;
+  std::atomic<uint64_t> version_{0};  // atomic: a data-loader thread may fill a tensor another thread saved
 };
 
 struct TensorImpl {
@@ -172,6 +181,27 @@ class Tensor {
   Tensor format_copy(MemoryFormat format) const;
   void fill_(double value);
   void zero_() { fill_(0.0); }
+
+  // ---- version counter (as PyTorch's `tensor._version`) ------------------------------------------
+  /// How many in-place writes this tensor's storage has had (0 from every factory: empty, zeros,
+  /// ones, full, from_vector, randn, ...). Shared by every tensor on the storage:
+  /// views (view_as_shape, ops::reshape) and detach() copies count together; clone(), and a
+  /// cast_copy, copy_to, format_copy or to() that converts, make a new storage at version 0. Ops that save a tensor for
+  /// backward record its version, and backward throws if it changed (autograd/node.h).
+  ///
+  /// What bumps it (once per call, CPU and CUDA alike): the explicit in-place APIs, as in PyTorch -
+  /// fill_, zero_, copy_from; the optimizers' step() (each parameter with a gradient, and its state:
+  /// master copy, momentum, exp_avg, exp_avg_sq; the CUDA step too, even when a found_inf flag makes
+  /// the kernel skip it, since the host cannot know); zero_grad without set_to_none (the .grad);
+  /// GradScaler::unscale_ and clip_grad_norm_ (every .grad they were given); backward's in-place
+  /// accumulation into an existing .grad; nn::init's fills; batch_norm's running-statistics update;
+  /// nn::load_checkpoint (through copy_from); Module::to (a storage swap that continues the count, +1);
+  /// gradcheck's perturbations. What does not: data<T>() and raw_data() (a plain pointer: code that
+  /// writes through it into a tensor others hold calls bump_version itself), reading, and ops that
+  /// write only into the fresh tensors they return.
+  uint64_t version() const;
+  /// Count one in-place write (see version()). Const like fill_: it changes the buffer, not the handle.
+  void bump_version() const;
 
   // ---- autograd (defined in autograd/) -------------------------------------------------------------
   bool requires_grad() const;

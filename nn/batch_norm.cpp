@@ -47,7 +47,10 @@ Tensor BatchNorm3d::forward(const Tensor& x) {
   // As PyTorch: batch statistics whenever training, or always when no running statistics are kept
   // (running_mean / running_var are then undefined, and ops::batch_norm updates nothing).
   const bool use_batch_stats = is_training() || !options.track_running_stats_;
-  if (is_training() && options.track_running_stats_) num_batches_tracked.data<int64_t>()[0] += 1;
+  if (is_training() && options.track_running_stats_) {
+    num_batches_tracked.data<int64_t>()[0] += 1;
+    num_batches_tracked.bump_version();  // an in-place write, like the running statistics' update
+  }
   return ops::batch_norm(x, running_mean, running_var, weight, bias,
                          ops::BatchNormParams().training(use_batch_stats).momentum(options.momentum_).eps(options.eps_));
 }

@@ -85,7 +85,8 @@ void save_checkpoint(const std::string& path, const Module& module, const nlohma
                      const NamedTensors& extra_tensors = {});
 
 /// Reads `path` and copies its parameters and buffers into `module` (in place: the module's Tensor
-/// handles keep their identity, requires_grad and .grad). Returns the whole file's contents, so the
+/// handles keep their identity, requires_grad and .grad; each tensor's version goes up by one, so a
+/// graph recorded before the load cannot be backpropagated through afterwards). Returns the whole file's contents, so the
 /// caller can take `extra` and `extra_tensors`. Throws halfgrad::Error (module unchanged) for any
 /// read_checkpoint error and for a missing, unexpected, wrong-kind, wrong-shape or wrong-dtype tensor,
 /// listing every mismatch by name.

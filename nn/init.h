@@ -20,7 +20,8 @@ namespace halfgrad::nn::init {
 /// (fan_in, fan_out) of a weight shape with at least 2 dims (throws halfgrad::Error otherwise).
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Shape& weight_shape);
 
-/// Fills `t` in place with U[lo, hi) values from `gen` (not recorded on the tape).
+/// Fills `t` in place with U[lo, hi) values from `gen` (not recorded on the tape; t's version goes up
+/// by one, as for every in-place write: core/tensor.h).
 void uniform_(const Tensor& t, double lo, double hi, Generator& gen);
 
 /// kaiming_uniform_(t, a, mode='fan_in', nonlinearity='leaky_relu'): U(-b, b),

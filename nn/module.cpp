@@ -148,11 +148,17 @@ void Module::zero_grad(bool set_to_none) {
   }
 }
 
-// Swap the TensorImpl's storage for a converted copy; shape, requires_grad and identity stay.
+// Swap the TensorImpl's storage for a converted copy; shape, requires_grad and identity stay. The
+// version counter goes on from the old storage's, plus one (a write, as far as readers can tell).
+static void swap_storage(const Tensor& t, const Tensor& replacement) {
+  replacement.impl()->storage->set_version(t.version() + 1);
+  t.impl()->storage = replacement.impl()->storage;
+}
+
 static void cast_in_place(const Tensor& t, Dtype dtype) {
   if (t.dtype() == dtype) return;
   Tensor converted = t.cast_copy(dtype);
-  t.impl()->storage = converted.impl()->storage;
+  swap_storage(t, converted);
   t.impl()->dtype = dtype;
 }
 
@@ -171,7 +177,7 @@ void Module::to(Dtype dtype) {
 static void move_in_place(const Tensor& t, Device device) {
   if (t.device() == device) return;
   Tensor moved = t.copy_to(device);
-  t.impl()->storage = moved.impl()->storage;
+  swap_storage(t, moved);
   t.impl()->device = device;
 }
 

@@ -123,11 +123,14 @@ class Module : public std::enable_shared_from_this<Module> {
   /// TensorImpl (so optimizers and layers holding it see the change), stays a leaf and keeps
   /// requires_grad; an existing .grad is converted too. Integer buffers (num_batches_tracked) are left
   /// alone. As torch.nn.Module.to(dtype) / .half() / .float(). Throws for a non-floating `dtype`.
+  /// Each converted tensor's version (Tensor::version) goes up by one, and a backward through a graph
+  /// that saved it before the conversion throws (autograd/node.h).
   virtual void to(Dtype dtype);
   /// Moves every parameter and floating buffer (recursive) to `device`, in place, like to(Dtype): each
   /// keeps its TensorImpl, leaf status and requires_grad; an existing .grad moves too. Integer buffers
   /// (BatchNorm's num_batches_tracked, a host-side counter) stay on the CPU. As torch.nn.Module.to(device).
   /// Make the optimizer after moving the model (its state is created on the parameters' device).
+  /// Versions as for to(Dtype).
   virtual void to(Device device);
 
   // ---- printing -------------------------------------------------------------------------------------

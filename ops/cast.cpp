@@ -43,7 +43,7 @@ Tensor Tensor::to(Dtype d) const {
   Tensor y = cast_copy(d);
   const Dtype src = dtype();
   amp::count_cast(src, d, numel());  // amp/cast_stats.h: the precision report's cast counter
-  return autograd::record("to", y, {*this}, [src](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("to", y, {*this}, {}, [src](const Tensor& gy) -> std::vector<Tensor> {
     if (gy.dtype() != src) amp::count_cast(gy.dtype(), src, gy.numel(), amp::CastPass::Backward);
     return {gy.cast_copy(src)};
   });
@@ -54,7 +54,7 @@ Tensor Tensor::to(Device dev) const {
   if (device() == dev) return *this;
   Tensor y = copy_to(dev);
   const Device src = device();
-  return autograd::record("to_device", y, {*this}, [src](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("to_device", y, {*this}, {}, [src](const Tensor& gy) -> std::vector<Tensor> {
     return {gy.copy_to(src)};
   });
 }
@@ -64,7 +64,7 @@ Tensor Tensor::to(MemoryFormat f) const {
   if (memory_format() == f) return *this;
   Tensor y = format_copy(f);
   const MemoryFormat src = memory_format();
-  return autograd::record("to_memory_format", y, {*this}, [src](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("to_memory_format", y, {*this}, {}, [src](const Tensor& gy) -> std::vector<Tensor> {
     return {gy.format_copy(src)};
   });
 }

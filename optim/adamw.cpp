@@ -158,6 +158,7 @@ void AdamW::step() {
       if (!grad.defined()) continue;
       auto& state = state_of<AdamWParamState>(param);
       check_state_device(param, state);
+      mark_updated(param, state);  // the update below writes them in place
 #ifdef HALFGRAD_CUDA
       if (param.is_cuda()) {
         // The state lives on the parameter's device, in its memory format; the kernel does the rest.

@@ -40,6 +40,9 @@ static double clip_with(const std::vector<Tensor>& grads, double total, double m
   // PyTorch: clip_coef = max_norm / (total_norm + 1e-6), a Python number divided by a tensor, which
   // Tensor.__rtruediv__ evaluates as reciprocal(total_norm + 1e-6) * max_norm.
   const T clip_coef = (T(1) / (total_norm + static_cast<T>(1e-6))) * static_cast<T>(max_norm);
+  // PyTorch multiplies every gradient by the clamped coefficient (1 under max_norm) in place, so each
+  // one's version goes up; here a coefficient of 1 skips the arithmetic but counts the same.
+  for (const Tensor& g : grads) g.bump_version();
   if (clip_coef < T(1) || std::isnan(clip_coef)) {  // clamp(max=1) lets NaN through, as in PyTorch
     for (const Tensor& g : grads) {
       const int64_t n = g.numel();
@@ -76,7 +79,10 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
                                "CPU; the total norm needs them on one device");
   if (on_cuda > 0) {
     std::vector<ClipGradCudaTensor> entries;
-    for (const Tensor& g : grads) entries.push_back({g.raw_data(), g.numel(), g.dtype()});
+    for (const Tensor& g : grads) {
+      entries.push_back({g.raw_data(), g.numel(), g.dtype()});
+      g.bump_version();  // the kernel scales it in place (by 1 under max_norm: PyTorch's mul_ counts too)
+    }
     return clip_grad_norm_cuda(entries, max_norm, std::isinf(norm_type), error_if_nonfinite);
   }
 #endif

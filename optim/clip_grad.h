@@ -26,7 +26,8 @@
 
 namespace halfgrad::optim {
 
-/// Returns the total norm (the value PyTorch's FP32 / FP64 tensor would hold, as a double).
+/// Returns the total norm (the value PyTorch's FP32 / FP64 tensor would hold, as a double). Scales
+/// the gradients in place: each .grad's version (Tensor::version) goes up by one, as PyTorch's mul_.
 double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
 

@@ -204,6 +204,12 @@ Tensor Optimizer::cuda_grad_for(const Tensor& param, const Tensor& grad) const {
   return grad.format_copy(param.memory_format());
 }
 
+void Optimizer::mark_updated(const Tensor& param, OptimizerParamState& state) {
+  param.bump_version();
+  for (const Tensor* t : state.tensors())
+    if (t->defined()) t->bump_version();
+}
+
 void Optimizer::check_state_device(const Tensor& param, OptimizerParamState& state) const {
   for (const Tensor* t : state.tensors())
     HG_CHECK(!t->defined() || t->device() == param.device(),

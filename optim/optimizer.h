@@ -116,11 +116,12 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  /// One update of every parameter that has a gradient.
+  /// One update of every parameter that has a gradient, in place: each such parameter's version
+  /// (Tensor::version) and its state tensors' go up by one.
   virtual void step() = 0;
 
   /// Clear every parameter's gradient: drop it (set_to_none, PyTorch >= 2.0's default; the next
-  /// backward allocates a fresh one) or fill it with zeros.
+  /// backward allocates a fresh one) or fill it with zeros (zero_, which bumps the .grad's version).
   void zero_grad(bool set_to_none = true);
 
   /// Append a group; its options default to a copy of the optimizer's defaults. Throws if a
@@ -184,6 +185,9 @@ class Optimizer {
   /// Throws unless every tensor of `state` is on `param`'s device (a model moved after its optimizer
   /// was made would otherwise hand host pointers to a kernel).
   void check_state_device(const Tensor& param, OptimizerParamState& state) const;
+  /// Count the in-place update step() makes next (core/tensor.h's version counter): bumps `param` and
+  /// every defined tensor of `state` once. Called for each parameter with a gradient, CPU or CUDA.
+  static void mark_updated(const Tensor& param, OptimizerParamState& state);
   /// The found_inf flag's device pointer (null when none). Call before changing anything: throws if
   /// the flag is set and a CPU parameter has a gradient.
   const float* found_inf_for_step() const;

@@ -98,6 +98,7 @@ void SGD::step() {
       if (!grad.defined()) continue;
       auto& state = state_of<SGDParamState>(param);
       check_state_device(param, state);
+      mark_updated(param, state);  // the update below writes them in place
 #ifdef HALFGRAD_CUDA
       if (param.is_cuda()) {
         update_target(param, state);  // creates the FP32 master of a Float16 parameter

@@ -64,7 +64,7 @@ Tensor relu(const Tensor& x) {
 #ifdef HALFGRAD_CUDA
   if (x.is_cuda()) {
     Tensor y = cuda::leaky_relu_forward("relu", x, 0.0);
-    return autograd::record("relu", y, {x}, [y = y.detach()](const Tensor& gy) -> std::vector<Tensor> {
+    return autograd::record("relu", y, {x}, {autograd::Save::output()}, [y = y.detach()](const Tensor& gy) -> std::vector<Tensor> {
       return {cuda::leaky_relu_backward("relu", gy, y, 0.0)};
     });
   }
@@ -73,7 +73,7 @@ Tensor relu(const Tensor& x) {
     using T = decltype(tag);
     return map_in_dtype<T>(x, [](T v) { return v < T(0) ? T(0) : v; });
   });
-  return autograd::record("relu", y, {x}, [y = y.detach()](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("relu", y, {x}, {autograd::Save::output()}, [y = y.detach()](const Tensor& gy) -> std::vector<Tensor> {
     return {dispatch_compute(y.dtype(), [&](auto tag) {
       using T = decltype(tag);
       return masked_grad<T>(gy, y, [](T g, T v) { return v <= T(0) ? T(0) : g; });
@@ -87,7 +87,7 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
 #ifdef HALFGRAD_CUDA
   if (x.is_cuda()) {
     Tensor y = cuda::leaky_relu_forward("leaky_relu", x, negative_slope);
-    return autograd::record("leaky_relu", y, {x}, [x = x.detach(), negative_slope](const Tensor& gy) -> std::vector<Tensor> {
+    return autograd::record("leaky_relu", y, {x}, {autograd::Save::input(0, "input")}, [x = x.detach(), negative_slope](const Tensor& gy) -> std::vector<Tensor> {
       return {cuda::leaky_relu_backward("leaky_relu", gy, x, negative_slope)};
     });
   }
@@ -102,7 +102,7 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
       return pos + neg * s;
     });
   });
-  return autograd::record("leaky_relu", y, {x},
+  return autograd::record("leaky_relu", y, {x}, {autograd::Save::input(0, "input")},
                           [x = x.detach(), negative_slope](const Tensor& gy) -> std::vector<Tensor> {
                             return {dispatch_compute(x.dtype(), [&](auto tag) {
                               using T = decltype(tag);
@@ -186,7 +186,7 @@ Tensor cat_cuda(const std::vector<Tensor>& xs, int64_t dim, Dtype dt, const Shap
   cuda::cat_copy(geo, elem, y.raw_data(), ptrs, /*to_parts=*/false);
   std::vector<bool> need;
   for (const Tensor& p : parts) need.push_back(p.requires_grad());
-  return autograd::record("cat", y, parts, [geo, shapes, need, dt, fmt](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("cat", y, parts, {}, [geo, shapes, need, dt, fmt](const Tensor& gy) -> std::vector<Tensor> {
     std::vector<Tensor> grads(shapes.size());
     std::vector<void*> ptrs(shapes.size(), nullptr);
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -261,7 +261,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
 
   std::vector<bool> need;
   for (const Tensor& p : parts) need.push_back(p.requires_grad());
-  return autograd::record("cat", y, parts, [L, shapes, need, dt](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("cat", y, parts, {}, [L, shapes, need, dt](const Tensor& gy) -> std::vector<Tensor> {
     std::vector<Tensor> grads(shapes.size());
     std::vector<char*> ptrs(shapes.size(), nullptr);
     for (size_t i = 0; i < shapes.size(); ++i) {

@@ -166,6 +166,7 @@ Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv3dPar
   const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.requires_grad();
   // Save x only if dw is needed and w only if dx is needed (the input, not a copy: FP16 stays FP16).
   return autograd::record("conv3d", y, {xc, wc, bc},
+                          {autograd::Save::input(0, "input", gw), autograd::Save::input(1, "weight", gx)},
                           [g, gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor(),
                            w_shape = w.shape(), on_cuda, x_format, w_format](const Tensor& gy) -> std::vector<Tensor> {
 #ifdef HALFGRAD_CUDA
@@ -204,6 +205,7 @@ Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const Tensor& b, const
   }
   const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.requires_grad();
   return autograd::record("conv_transpose3d", y, {xc, wc, bc},
+                          {autograd::Save::input(0, "input", gw), autograd::Save::input(1, "weight", gx)},
                           [g, gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor(),
                            w_shape = w.shape(), on_cuda, x_format, w_format](const Tensor& gy) -> std::vector<Tensor> {
 #ifdef HALFGRAD_CUDA

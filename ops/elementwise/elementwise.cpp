@@ -189,7 +189,7 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
 Tensor add(const Tensor& a, const Tensor& b) {
   const Dtype dt = binary_dtype("add", amp::OpKind::Add, a, b);
   Tensor y = binary_forward("add", BinOp::Add, a, b, dt);
-  return autograd::record("add", y, {a, b}, [a = a.detach(), b = b.detach()](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("add", y, {a, b}, {}, [a = a.detach(), b = b.detach()](const Tensor& gy) -> std::vector<Tensor> {
     return {grad_for(gy, a), grad_for(gy, b)};
   });
 }
@@ -197,7 +197,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 Tensor sub(const Tensor& a, const Tensor& b) {
   const Dtype dt = binary_dtype("sub", amp::OpKind::Sub, a, b);
   Tensor y = binary_forward("sub", BinOp::Sub, a, b, dt);
-  return autograd::record("sub", y, {a, b}, [a = a.detach(), b = b.detach()](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("sub", y, {a, b}, {}, [a = a.detach(), b = b.detach()](const Tensor& gy) -> std::vector<Tensor> {
     return {grad_for(gy, a), grad_for(neg(gy), b)};
   });
 }
@@ -206,7 +206,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   const Dtype dt = binary_dtype("mul", amp::OpKind::Mul, a, b);
   Tensor y = binary_forward("mul", BinOp::Mul, a, b, dt);
   const bool ga = a.requires_grad(), gb = b.requires_grad();
-  return autograd::record("mul", y, {a, b},
+  return autograd::record("mul", y, {a, b}, {autograd::Save::input(0, "a", gb), autograd::Save::input(1, "b", ga)},
                           [a = a.detach(), b = b.detach(), ga, gb, dt](const Tensor& gy) -> std::vector<Tensor> {
                             NoGradGuard ng;
                             Tensor da, db;
@@ -221,7 +221,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
   Tensor y = binary_forward("div", BinOp::Div, a, b, dt);
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   return autograd::record(
-      "div", y, {a, b}, [a = a.detach(), b = b.detach(), y = y.detach(), ga, gb, dt](const Tensor& gy) -> std::vector<Tensor> {
+      "div", y, {a, b}, {autograd::Save::input(1, "b"), autograd::Save::output(gb)}, [a = a.detach(), b = b.detach(), y = y.detach(), ga, gb, dt](const Tensor& gy) -> std::vector<Tensor> {
         Tensor da, db;
         Tensor q = binary_forward("div", BinOp::Div, gy, b, dt);  // dy / b
         if (ga) da = grad_for(q, a);
@@ -241,7 +241,7 @@ Tensor affine(const Tensor& x, double a, double b) {
     const T ta = static_cast<T>(a), tb = static_cast<T>(b);
     return unary_map(x, x.dtype(), [ta, tb](T v) { return ta * v + tb; });
   });
-  return autograd::record("affine", y, {x}, [a](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("affine", y, {x}, {}, [a](const Tensor& gy) -> std::vector<Tensor> {
     NoGradGuard ng;
     return {affine(gy, a, 0.0)};
   });
@@ -260,7 +260,7 @@ Tensor exp(const Tensor& x) {
     using T = decltype(tag);
     return unary_map(x, dt, [](T v) { return std::exp(v); });
   });
-  return autograd::record("exp", y, {x}, [y = y.detach(), xd = x.dtype()](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("exp", y, {x}, {autograd::Save::output()}, [y = y.detach(), xd = x.dtype()](const Tensor& gy) -> std::vector<Tensor> {
     NoGradGuard ng;
     Tensor g = binary_forward("exp", BinOp::Mul, gy, y, y.dtype());
     return {g.dtype() == xd ? g : g.cast_copy(xd)};
@@ -278,7 +278,7 @@ Tensor log(const Tensor& x) {
     using T = decltype(tag);
     return unary_map(x, dt, [](T v) { return std::log(v); });
   });
-  return autograd::record("log", y, {x}, [x = x.detach(), dt](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("log", y, {x}, {autograd::Save::input(0, "input")}, [x = x.detach(), dt](const Tensor& gy) -> std::vector<Tensor> {
     Tensor g = binary_forward("log", BinOp::Div, gy, x, dt);
     return {g.dtype() == x.dtype() ? g : g.cast_copy(x.dtype())};
   });
@@ -295,7 +295,7 @@ Tensor pow(const Tensor& x, double p) {
     using T = decltype(tag);
     return unary_map(x, dt, [p](T v) { return static_cast<T>(std::pow(v, static_cast<T>(p))); });
   });
-  return autograd::record("pow", y, {x}, [x = x.detach(), p, dt](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("pow", y, {x}, {autograd::Save::input(0, "input")}, [x = x.detach(), p, dt](const Tensor& gy) -> std::vector<Tensor> {
     // x^0 is constant: dx = 0 exactly, even where p * x^(p-1) = 0 * inf (x = 0) or dy is NaN/inf, as
     // PyTorch's pow_backward (which returns zeros for exponent 0).
     if (p == 0.0) return {Tensor::zeros(x.shape(), x.dtype(), x.device(), x.memory_format())};

@@ -233,6 +233,8 @@ Tensor fused_loss(const LossSpec& spec, amp::OpKind kind, const Tensor& logits, 
     if (f.bad_position >= 0)
       throw bad_label_error(spec, logits, target, f.bad_position, static_cast<int64_t>(target.item_at(f.bad_position)));
     return autograd::record(spec.op, f.loss, {xx},
+                            {autograd::Save::input(0, "logits"), autograd::Save::tensor(target, "target"),
+                             autograd::Save::tensor(f.lse, "lse"), autograd::Save::tensor(f.coef, "coef")},
                             [args, x = xx.detach(), target = target.detach(), lse = f.lse,
                              coef = f.coef](const Tensor& gy) -> std::vector<Tensor> {
                               return {cuda::loss_backward(args, x, target, lse, coef, gy)};
@@ -287,6 +289,7 @@ Tensor fused_loss(const LossSpec& spec, amp::OpKind kind, const Tensor& logits, 
   Tensor y = Tensor::full({}, L, dt);
   return autograd::record(
       spec.op, y, {xx},
+      {autograd::Save::input(0, "logits"), autograd::Save::tensor(target, "target"), autograd::Save::tensor(lse, "lse")},
       [g, spec, dt, a, b, x = xx.detach(), target = target.detach(), lse](const Tensor& gy) -> std::vector<Tensor> {
         const double dL = gy.item();
         Tensor cx = to_compute(x);

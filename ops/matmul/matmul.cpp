@@ -159,7 +159,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 #ifdef HALFGRAD_CUDA
   if (ac.is_cuda()) {
     Tensor y = gemm_cuda("matmul", ac, Trans::N, bc, Trans::N, dt);
-    return autograd::record("matmul", y, {ac, bc},
+    return autograd::record("matmul", y, {ac, bc}, {autograd::Save::input(0, "a", gb), autograd::Save::input(1, "b", ga)},
                             [ga, gb, dt, as = gb ? ac.detach() : Tensor(), bs = ga ? bc.detach() : Tensor()](
                                 const Tensor& gy) -> std::vector<Tensor> {
                               const Tensor g = in_dtype(gy, dt);
@@ -171,7 +171,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   }
 #endif
   Tensor y = from_compute(gemm(ac, Trans::N, bc, Trans::N), dt);
-  return autograd::record("matmul", y, {ac, bc},
+  return autograd::record("matmul", y, {ac, bc}, {autograd::Save::input(0, "a", gb), autograd::Save::input(1, "b", ga)},
                           [ga, gb, dt, as = gb ? ac.detach() : Tensor(), bs = ga ? bc.detach() : Tensor()](
                               const Tensor& gy) -> std::vector<Tensor> {
                             Tensor da, db;
@@ -207,6 +207,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     Tensor y = gemm_cuda("linear", xc, Trans::N, wc, Trans::T, dt, bc);  // x w^T + b
     const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.defined() && bc.requires_grad();
     return autograd::record("linear", y, {xc, wc, bc},
+                            {autograd::Save::input(0, "input", gw), autograd::Save::input(1, "weight", gx)},
                             [gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor()](
                                 const Tensor& gy) -> std::vector<Tensor> {
                               const Tensor g = in_dtype(gy, dt);
@@ -230,6 +231,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor y = from_compute(yc, dt);
   const bool gx = xc.requires_grad(), gw = wc.requires_grad(), gb = bc.requires_grad();
   return autograd::record("linear", y, {xc, wc, bc},
+                          {autograd::Save::input(0, "input", gw), autograd::Save::input(1, "weight", gx)},
                           [gx, gw, gb, dt, xs = gw ? xc.detach() : Tensor(), ws = gx ? wc.detach() : Tensor()](
                               const Tensor& gy) -> std::vector<Tensor> {
                             Tensor dx, dw, db;

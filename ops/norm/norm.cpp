@@ -274,6 +274,7 @@ Tensor norm_forward(const char* op, const Tensor& x, const Tensor& weight, const
   if (bias.defined()) nb.b_dtype = bias.dtype();
   Tensor out = from_compute(y, x.dtype());
   return autograd::record(op, out, {x, weight, bias},
+                          {autograd::Save::input(0, "input"), autograd::Save::input(1, "weight")},
                           [nb = std::move(nb), x = x.detach(), w = weight.defined() ? weight.detach() : Tensor()](
                               const Tensor& gy) -> std::vector<Tensor> { return norm_backward(nb, x, w, gy); });
 }
@@ -297,6 +298,8 @@ Tensor norm_forward_cuda(const cuda::NormCudaArgs& args, const Tensor& x, const 
   const Dtype w_dtype = weight.defined() ? weight.dtype() : kFloat32;
   const Dtype b_dtype = bias.defined() ? bias.dtype() : kFloat32;
   return autograd::record(args.op, f.y, {x, weight, bias},
+                          {autograd::Save::input(0, "input"), autograd::Save::input(1, "weight"),
+                           autograd::Save::tensor(w32, "weight as float32"), autograd::Save::tensor(f.saved, "mean and invstd")},
                           [args, x = x.detach(), w32, saved = f.saved, need_x, need_w, need_b, w_dtype,
                            b_dtype](const Tensor& gy) -> std::vector<Tensor> {
                             cuda::NormCudaGrads g = cuda::norm_backward(args, x, w32, saved, gy, need_x, need_w, need_b);

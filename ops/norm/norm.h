@@ -11,7 +11,8 @@
 // Device: CPU (NCDHW) or CUDA (NCDHW or NDHWC, float32 / float16; y and dx keep x's memory format; on
 // CUDA running stats must be float32 CUDA tensors and are updated on the device).
 // weight/bias (C) may be undefined (no affine). running_mean/var (C) float32, updated in place
-// (not on the tape) when training and defined.
+// (not on the tape; each one's version, core/tensor.h, goes up by one) when training and defined.
+// Backward reads x and weight: modifying either in place before it throws (autograd/node.h).
 // Non-finite inputs as PyTorch: a NaN in a group makes its mean, var, y (the whole group), dx and
 // dweight NaN (dbias = sum dy stays finite); a +-inf among finite values gives mean +-inf and var NaN,
 // so y is NaN over the group, running_mean +-inf and running_var NaN. Evaluation with a NaN running

@@ -522,6 +522,10 @@ NormCudaForward norm_forward(const NormCudaArgs& a, const Tensor& x, const Tenso
                                                                              dptr_mut<T>(r.y), true);
     HG_CUDA_LAUNCH_CHECK(a.op);
   });
+  if (a.batch_stats) {  // finalize_forward_kernel updated the running statistics in place
+    if (running_mean.defined()) running_mean.bump_version();
+    if (running_var.defined()) running_var.bump_version();
+  }
   return r;
 }
 

@@ -75,7 +75,7 @@ Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride) {
 #ifdef HALFGRAD_CUDA
   if (x.is_cuda()) {
     cuda::MaxPoolCudaForward f = cuda::max_pool3d_forward(x, kernel, stride);
-    return autograd::record("max_pool3d", f.y, {x},
+    return autograd::record("max_pool3d", f.y, {x}, {},
                             [argmax = f.argmax, x_shape = xs, x_dtype = x.dtype(), format = x.memory_format(), kernel,
                              stride](const Tensor& gy) -> std::vector<Tensor> {
                               return {cuda::max_pool3d_backward(gy, argmax.get(), x_shape, x_dtype, format, kernel,
@@ -119,7 +119,7 @@ Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride) {
   });
   Tensor out = from_compute(y, x.dtype());
 
-  return autograd::record("max_pool3d", out, {x},
+  return autograd::record("max_pool3d", out, {x}, {},
                           [argmax, x_shape = xs, x_dtype = x.dtype(), planes, in_vol,
                            out_vol](const Tensor& gy) -> std::vector<Tensor> {
                             const Tensor cg = to_compute(gy);

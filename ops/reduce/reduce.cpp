@@ -100,7 +100,7 @@ Tensor reduce_op(const char* op, amp::OpKind kind, const Tensor& x, const std::v
   const Dtype in_dtype = x.dtype();
   const MemoryFormat in_format = x.memory_format();
   const Device in_device = x.device();
-  return autograd::record(op, y, {x}, [op, mask, scale, in_shape, in_dtype, in_format,
+  return autograd::record(op, y, {x}, {}, [op, mask, scale, in_shape, in_dtype, in_format,
                                        in_device](const Tensor& gy_in) -> std::vector<Tensor> {
     // sum/mean are the usual roots of backward(), whose implicit seed of 1 is made on the CPU: the
     // gradient is computed on the input's device whatever device dy arrives on.

@@ -16,7 +16,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
                                                 << x.numel() << " elements) to " << shape_str(shape));
   Tensor y = x.view_as_shape(shape);
   const Shape in = x.shape();
-  return autograd::record("reshape", y, {x}, [in](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record("reshape", y, {x}, {}, [in](const Tensor& gy) -> std::vector<Tensor> {
     return {gy.view_as_shape(in)};
   });
 }

@@ -180,7 +180,7 @@ Tensor softmax_op(const char* op, amp::OpKind kind, const Tensor& x, int64_t dim
 #ifdef HALFGRAD_CUDA
   if (xx.is_cuda()) {
     Tensor out = cuda::softmax_forward(op, xx, dim, kLog);
-    return autograd::record(op, out, {xx}, [op, dim, y = out.detach()](const Tensor& gy) -> std::vector<Tensor> {
+    return autograd::record(op, out, {xx}, {autograd::Save::output()}, [op, dim, y = out.detach()](const Tensor& gy) -> std::vector<Tensor> {
       return {cuda::softmax_backward(op, y, gy, dim, kLog)};
     });
   }
@@ -193,7 +193,7 @@ Tensor softmax_op(const char* op, amp::OpKind kind, const Tensor& x, int64_t dim
   });
   // Backward uses the output as the op stored it (for Float16, the rounded values), as PyTorch does.
   Tensor out = from_compute(y, dt);
-  return autograd::record(op, out, {xx}, [g, dt, y = out.detach()](const Tensor& gy) -> std::vector<Tensor> {
+  return autograd::record(op, out, {xx}, {autograd::Save::output()}, [g, dt, y = out.detach()](const Tensor& gy) -> std::vector<Tensor> {
     Tensor cy = to_compute(y), cg = to_compute(gy);
     Tensor dx = Tensor::empty(y.shape(), compute_dtype(dt));
     dispatch_compute(dt, [&](auto tag) {
