@@ -11,6 +11,7 @@
 // scatters through those indices, is compared instead. The optimiser and clip_grad_norm_ cases are
 // run by the tests themselves.
 #pragma once
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -128,6 +129,49 @@ inline NonfiniteResult run_nonfinite_case(const GoldenCase& c, const NonfiniteCo
     for (const std::string& n : diff) r.grads[n] = in.at(n).grad().copy_to(Device::CPU);
   }
   return r;
+}
+
+// got against want (CUDA against CPU, or float16 against float32): NaN exactly where want is NaN, +-inf exactly where want is, finite
+// values within atol + rtol |want|. One assertion naming the first mismatch of each kind.
+// nan_may_spread: got may also hold NaN where want is finite (see the conv3d weight case).
+inline void check_same_nonfinite(const Tensor& got, const Tensor& want, double rtol, double atol, const std::string& what,
+                          bool nan_may_spread = false) {
+  REQUIRE_MESSAGE(got.shape() == want.shape(), what << ": shape " << shape_str(got.shape()) << " vs " << shape_str(want.shape()));
+  const std::vector<double> g = got.to_double_vector(), w = want.to_double_vector();
+  int64_t nan_bad = 0, inf_bad = 0, val_bad = 0, first = -1, want_nonfinite = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    bool ok;
+    if (std::isnan(w[i])) {
+      ok = std::isnan(g[i]);
+      nan_bad += !ok;
+    } else if (std::isinf(w[i])) {
+      ok = g[i] == w[i];
+      inf_bad += !ok;
+    } else if (std::isnan(g[i])) {
+      ok = nan_may_spread;
+      nan_bad += !ok;
+    } else if (std::isinf(g[i])) {
+      ok = false;
+      inf_bad += 1;
+    } else {
+      ok = std::fabs(g[i] - w[i]) <= atol + rtol * std::fabs(w[i]);
+      val_bad += !ok;
+    }
+    want_nonfinite += !std::isfinite(w[i]);
+    if (!ok && first < 0) first = static_cast<int64_t>(i);
+  }
+  CHECK_MESSAGE(nan_bad + inf_bad + val_bad == 0,
+                what << ": " << nan_bad << " NaN and " << inf_bad << " inf mismatches, " << val_bad
+                     << " finite values out of tolerance (rtol " << rtol << ", atol " << atol << ") of " << g.size()
+                     << " (the reference has " << want_nonfinite << " non-finite); first at " << first << ": got "
+                     << (first >= 0 ? g[first] : 0) << ", want " << (first >= 0 ? w[first] : 0));
+}
+
+/// Whether the case has a 5-D input (and so an NDHWC variant on CUDA).
+inline bool has_5d_input(const GoldenCase& c) {
+  for (const std::string& n : c.input_names())
+    if (n != "gy" && c.input(n).dim() == 5) return true;
+  return false;
 }
 
 }  // namespace halfgrad::testing

@@ -23,6 +23,7 @@ namespace halfgrad {
 namespace {
 
 using testing::check_close;
+using testing::check_same_nonfinite;
 using testing::GoldenCase;
 using testing::load_golden;
 using testing::NonfiniteConfig;
@@ -140,6 +141,22 @@ TEST_CASE("nonfinite: cast float32 -> float16 [12] keeps NaN and inf, overflows 
   for (int i = 0; i < 3; ++i) CHECK_MESSAGE(((b[i] & 0x7c00u) == 0x7c00u && (b[i] & 0x3ffu) != 0), "element " << i);
   CHECK(b[3] == 0x7c00u);
   CHECK(b[4] == 0xfc00u);
+}
+
+// The reference the CUDA twin (tests/cuda/nonfinite_cuda_test.cpp) compares float16 against: the CPU
+// ops on the float16-rounded inputs must put NaN and inf exactly where they do in float32 (where
+// PyTorch puts them, above); finite values agree to float16's precision.
+TEST_CASE("nonfinite: every op case in float16 on the CPU has its NaN/inf where float32 has them") {
+  const testing::GoldenFile f = load_golden("nonfinite.json");
+  for (const std::string& name : f.case_names()) {
+    const GoldenCase c = f.at(name);
+    if (c.op() == "optim" || c.op() == "clip_grad_norm" || c.op() == "cast") continue;
+    CAPTURE(name);
+    const NonfiniteResult r32 = run_nonfinite_case(c, NonfiniteConfig{});
+    const NonfiniteResult r16 = run_nonfinite_case(c, NonfiniteConfig{Device::CPU, kFloat16});
+    for (const auto& [k, v] : r32.outputs) check_same_nonfinite(r16.outputs.at(k), v, 5e-2, 5e-2, name + " f16 " + k);
+    for (const auto& [k, v] : r32.grads) check_same_nonfinite(r16.grads.at(k), v, 5e-2, 5e-2, name + " f16 d" + k);
+  }
 }
 
 // One parameter (6), grad g1 with a NaN at 1 and +inf at 4, a step, then a finite g2 and a step:

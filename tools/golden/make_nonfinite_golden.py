@@ -13,9 +13,15 @@ make_golden.py's generators, plants NaN / +inf / -inf at fixed positions (named 
 params["planted"]) and records y, the extra outputs and the gradients of y.backward(gy). The
 cotangent gy is finite unless the case name says "_gy" (then it holds the planted values).
 
-PyTorch 2.x differs from 1.13 in none of the cases here as far as we know (max_pool3d's "last NaN of
-the window wins" and argmax's "first NaN" hold in both; 2.x's CPU batch_norm also gives mean +inf and
-var NaN for {+inf, 5}).
+PyTorch 2.11 (this script run by it on the CPU, 2026-12-01, on the H200 machine): every case gives
+the same NaN/inf positions as 1.13 but one: conv3d's dweight when dy holds an inf or NaN (the "_gy"
+cases). 1.13's CPU kernel (vol2col + GEMM) multiplies the zero padding of x by that dy, so 0 * inf
+makes 48 more NaNs in dweight; 2.11's oneDNN kernel never forms those products. halfgrad (CPU, and
+the CUDA wgrad, which zero-fills the padding in its tiles) does as 1.13. Also seen there with 2.11,
+CPU and CUDA (cuDNN) alike: a NaN weight reaches dx only where its tap does (36 of 128 for
+conv3d_weight_nan's shape), where halfgrad's stride-1 dgrad (zero-padded dy convolved with the
+flipped weight) and CUDA implicit-GEMM dgrad make the border NaN too; max_pool3d's last NaN wins,
+argmax's first NaN, relu passes dy at a NaN, batch_norm of {+inf, 5} has mean +inf and var NaN.
 """
 import math
 import os
