@@ -26,6 +26,8 @@ void synchronize(const char* what) { no_cuda(what); }
 AllocatorStats allocator_stats() { return {}; }
 void reset_peak_stats() {}
 void empty_cache() {}
+int poison() { return -1; }
+void set_poison(int) { no_cuda("cuda::set_poison"); }
 
 // tensor_kernels.h: unreachable without CUDA tensors, which a build without CUDA cannot make.
 void fill(void*, Dtype, int64_t, double) { no_cuda("fill_"); }
