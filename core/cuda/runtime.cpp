@@ -4,6 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -127,30 +130,34 @@ void* allocate(size_t nbytes, const char* op) {
   need_device(op);
   const size_t size = rounded(nbytes);
   Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.free_blocks.find(size);
   void* p = nullptr;
-  if (it != c.free_blocks.end()) {
-    p = it->second;
-    c.free_blocks.erase(it);
-    ++c.stats.hits;
-  } else {
-    cudaError_t e = cudaMalloc(&p, size);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      free_cached_locked(c);  // give back every cached block, then try once more
-      e = cudaMalloc(&p, size);
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.free_blocks.find(size);
+    if (it != c.free_blocks.end()) {
+      p = it->second;
+      c.free_blocks.erase(it);
+      ++c.stats.hits;
+    } else {
+      cudaError_t e = cudaMalloc(&p, size);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        free_cached_locked(c);  // give back every cached block, then try once more
+        e = cudaMalloc(&p, size);
+      }
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        HG_FAIL(op << ": out of CUDA memory allocating " << nbytes << " bytes (" << c.stats.allocated_bytes
+                   << " bytes live, " << c.stats.reserved_bytes << " reserved): " << cudaGetErrorString(e));
+      }
+      ++c.stats.cuda_malloc_calls;
+      c.stats.reserved_bytes += size;
     }
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      HG_FAIL(op << ": out of CUDA memory allocating " << nbytes << " bytes (" << c.stats.allocated_bytes
-                 << " bytes live, " << c.stats.reserved_bytes << " reserved): " << cudaGetErrorString(e));
-    }
-    ++c.stats.cuda_malloc_calls;
-    c.stats.reserved_bytes += size;
+    c.stats.allocated_bytes += size;
+    if (c.stats.allocated_bytes > c.stats.peak_allocated_bytes) c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
   }
-  c.stats.allocated_bytes += size;
-  if (c.stats.allocated_bytes > c.stats.peak_allocated_bytes) c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
+  const int b = poison();
+  if (b >= 0) HG_CUDA_CHECK(op, cudaMemsetAsync(p, b, size, stream()));  // ordered before the block's users
   return p;
 }
 
@@ -161,6 +168,32 @@ void release(void* ptr, size_t nbytes) {
   std::lock_guard<std::mutex> lock(c.mu);
   c.free_blocks.emplace(size, ptr);
   c.stats.allocated_bytes -= size;
+}
+
+namespace {
+// The poison byte, -1 = off; read on every allocation.
+std::atomic<int>& poison_byte() {
+  static std::atomic<int> b{[] {
+    const char* s = std::getenv("HALFGRAD_CUDA_POISON");
+    if (!s || !*s) return -1;
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(s, &end, 0);
+    HG_CHECK(end && *end == '\0' && errno == 0 && v >= 0 && v <= 255,
+             "cuda allocator: environment variable HALFGRAD_CUDA_POISON='" << s
+                 << "' is not a byte 0..255 (decimal or 0x hex)");
+    return static_cast<int>(v);
+  }()};
+  return b;
+}
+}  // namespace
+
+int poison() { return poison_byte().load(std::memory_order_relaxed); }
+
+void set_poison(int byte) {
+  HG_CHECK(byte >= -1 && byte <= 255,
+           "cuda::set_poison: byte " << byte << " is out of range; expected 0..255 (fill) or -1 (off)");
+  poison_byte().store(byte, std::memory_order_relaxed);
 }
 
 AllocatorStats allocator_stats() {

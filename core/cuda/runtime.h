@@ -12,6 +12,13 @@
 // cache is emptied and the call retried once, then halfgrad::Error names the request and the totals.
 // Stats mirror torch.cuda.memory_allocated / max_memory_allocated / memory_reserved.
 //
+// Poison (a debugging instrument, the twin of the CPU allocator's in core/allocator.h): with a byte set
+// (env HALFGRAD_CUDA_POISON=<byte> at start, 0..255, decimal or 0x.. hex; or set_poison at run time),
+// every block allocate hands out, from the cache or from cudaMalloc, is first filled with it by a
+// cudaMemsetAsync queued on the stream, so before any kernel that uses the block. Results must not
+// change between two patterns (0x00, and 0xFF: NaN in FP32 and FP16): a difference is a kernel
+// reading device memory it never wrote. One memset per allocation: for tests and bisecting only.
+//
 // In a build without CUDA (HALFGRAD_CUDA undefined) compiled() and is_available() are false and every
 // other function throws halfgrad::Error("... halfgrad was built without CUDA"). In a CUDA build on a
 // machine without a usable device, is_available() is false and every function that needs the device
@@ -75,5 +82,11 @@ MemoryInfo memory_info();
 void reset_peak_stats();
 /// cudaFree every cached block.
 void empty_cache();
+/// The poison byte (0..255), or -1 when off (the default without HALFGRAD_CUDA_POISON; always -1 in
+/// a build without CUDA).
+int poison();
+/// Sets the poison byte: 0..255 fills every block allocate hands out from now on, -1 turns it off.
+/// Throws halfgrad::Error for any other value, and in a build without CUDA.
+void set_poison(int byte);
 
 }  // namespace halfgrad::cuda

@@ -27,6 +27,8 @@ AllocatorStats allocator_stats() { return {}; }
 MemoryInfo memory_info() { no_cuda("cuda::memory_info"); }
 void reset_peak_stats() {}
 void empty_cache() {}
+int poison() { return -1; }
+void set_poison(int) { no_cuda("cuda::set_poison"); }
 
 // tensor_kernels.h: unreachable without CUDA tensors, which a build without CUDA cannot make.
 void fill(void*, Dtype, int64_t, double) { no_cuda("fill_"); }

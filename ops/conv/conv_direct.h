@@ -27,8 +27,9 @@
 // Outputs of fprop are accumulated per channel register and written to y (N, Cout, Do, Ho, Wo) through
 // a small transposing copy.
 // Parallel mapping: samples are padded a group at a time by all threads; then the output planes
-// (sample, z) are shared out (static schedule). wgrad keeps per-thread partial sums, added in thread
-// order, so results do not depend on timing.
+// (sample, z) are shared out (static schedule). fprop computes every output in registers, in one fixed
+// order. wgrad cuts its runs of outputs into 4 fixed chunks, each with its own partial sums, added in
+// chunk order at the end: results depend neither on timing nor on the thread count.
 #pragma once
 #include "ops/conv/vol2col.h"
 

@@ -6,10 +6,8 @@
 //   channels (other Wo, e.g. the 4^3 and 2^3 levels): vectors of 8 output channels, any outputs. dy is
 //     first transposed to [output][channel]; 16 channels x 6 taps = 12 accumulators; per output, 2 loads
 //     of dy and 6 broadcasts of xp feed 12 FMAs. No lane is wasted on row ends.
-// Both sum over the outputs of a "run" in registers, then add to per-thread partial sums, which are
-// added in thread order at the end.
-#include <omp.h>
-
+// Both sum over the outputs of a "run" in registers, then add to the partial sums of the run's chunk
+// (a fixed cut of the runs, see Chunks), which are added in chunk order at the end.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -43,6 +41,19 @@ constexpr int64_t kWide = 16;      // channels: output channels per register blo
 constexpr int64_t kTapGroup = 6;   // channels: taps per register block: 2 x 6 = 12 accumulators
 // channels: a run's transposed dy stays within 256 KiB, in L2 while every tap group sweeps it.
 constexpr int64_t kRunFloats = 64 << 10;
+
+// The runs of a group are cut into `count` chunks of consecutive runs; chunk c sums its runs, in order,
+// into its own partial buffer (part_size floats), and the partials are added in chunk order at the
+// end. The chunks follow from the problem's size alone: kChunks of them, fewer only where kChunks
+// partial buffers would exceed kMaxPartialFloats. Work is shared out a chunk at a time (static
+// schedule), so the sums depend neither on the thread count nor on timing.
+constexpr int64_t kChunks = 4;
+constexpr int64_t kMaxPartialFloats = int64_t{8} << 20;  // 32 MiB of partial sums at most
+struct Chunks {
+  int64_t count, part_size;
+  int64_t begin(int64_t c, int64_t runs) const { return c * runs / count; }
+  int64_t end(int64_t c, int64_t runs) const { return (c + 1) * runs / count; }
+};
 
 // ---- rows ------------------------------------------------------------------------------------------
 
@@ -95,35 +106,38 @@ RowsBlock rows_kernel(int mo) {
   }
 }
 
-// Accumulates thread partials [o][k][lane] of all the planes of the group into part.
+// Accumulates chunk partials [o][k][lane] of all the planes of the group: the runs of chunk c, in
+// order, into parts + c * part_size.
 void wgrad_rows(const ConvGeometry& g, const Padded& P, const float* xp, const float* dy, int64_t n0, int64_t nb,
-                int64_t run_planes, float* part) {
+                int64_t run_planes, const Chunks& ch, float* parts) {
   const int64_t K = g.col_rows(), ovol = g.out_vol(), oplane = g.oh * g.ow, vpr = g.ow / kLanes;
   thread_local std::vector<int64_t> offsets;
   offsets.resize(2 * run_planes);
   const int64_t planes = nb * g.od, runs = (planes + run_planes - 1) / run_planes;
 #pragma omp for schedule(static)
-  for (int64_t t = 0; t < runs; ++t) {
-    const int64_t q0 = t * run_planes, nq = std::min(run_planes, planes - q0);
-    int64_t* xoff = offsets.data();
-    int64_t* doff = offsets.data() + run_planes;
-    for (int64_t q = 0; q < nq; ++q) {
-      const int64_t nl = (q0 + q) / g.od, z = (q0 + q) % g.od;
-      xoff[q] = nl * P.sample(g.cin) + z * P.plane();
-      doff[q] = (n0 + nl) * g.cout * ovol + z * oplane;
+  for (int64_t chunk = 0; chunk < ch.count; ++chunk)
+    for (int64_t t = ch.begin(chunk, runs); t < ch.end(chunk, runs); ++t) {
+      float* part = parts + chunk * ch.part_size;
+      const int64_t q0 = t * run_planes, nq = std::min(run_planes, planes - q0);
+      int64_t* xoff = offsets.data();
+      int64_t* doff = offsets.data() + run_planes;
+      for (int64_t q = 0; q < nq; ++q) {
+        const int64_t nl = (q0 + q) / g.od, z = (q0 + q) % g.od;
+        xoff[q] = nl * P.sample(g.cin) + z * P.plane();
+        doff[q] = (n0 + nl) * g.cout * ovol + z * oplane;
+      }
+      const PlaneRun run{xoff, doff, nq, g.oh, vpr, P.wp};
+      for (int64_t o0 = 0; o0 < g.cout; o0 += kOutChannels) {
+        const RowsBlock kernel = rows_kernel(static_cast<int>(std::min<int64_t>(kOutChannels, g.cout - o0)));
+        for (int64_t c = 0; c < g.cin; ++c)
+          for (int64_t i = 0; i < 3; ++i)
+            for (int64_t j = 0; j < 3; ++j) {
+              const int64_t r = (c * 3 + i) * 3 + j;
+              kernel(xp, c * P.channel() + i * P.plane() + j * P.wp, dy + o0 * ovol, ovol, run,
+                     part + (o0 * K + r * kTaps) * kLanes, K * kLanes);
+            }
+      }
     }
-    const PlaneRun run{xoff, doff, nq, g.oh, vpr, P.wp};
-    for (int64_t o0 = 0; o0 < g.cout; o0 += kOutChannels) {
-      const RowsBlock kernel = rows_kernel(static_cast<int>(std::min<int64_t>(kOutChannels, g.cout - o0)));
-      for (int64_t c = 0; c < g.cin; ++c)
-        for (int64_t i = 0; i < 3; ++i)
-          for (int64_t j = 0; j < 3; ++j) {
-            const int64_t r = (c * 3 + i) * 3 + j;
-            kernel(xp, c * P.channel() + i * P.plane() + j * P.wp, dy + o0 * ovol, ovol, run,
-                   part + (o0 * K + r * kTaps) * kLanes, K * kLanes);
-          }
-    }
-  }
 }
 
 // ---- channels --------------------------------------------------------------------------------------
@@ -157,10 +171,12 @@ __attribute__((noinline)) void channels_block(const float* xp, const int64_t* xb
 #undef HG_ADD
 }
 
-// Accumulates thread partials [k][channel] (channels padded to a multiple of 16, taps to a multiple of
-// 6 by repeating the last tap) of all outputs of the group into part.
+// Accumulates chunk partials [k][channel] (channels padded to a multiple of 16, taps to a multiple of
+// 6 by repeating the last tap) of all outputs of the group: the runs of chunk c, in order, into
+// parts + c * part_size.
 void wgrad_channels(const ConvGeometry& g, const Padded& P, const float* xp, const float* dy, int64_t n0, int64_t nb,
-                    const std::vector<int64_t>& tapoff, int64_t cpad, int64_t run_len, float* part) {
+                    const std::vector<int64_t>& tapoff, int64_t cpad, int64_t run_len, const Chunks& ch,
+                    float* parts) {
   const int64_t ovol = g.out_vol(), oplane = g.oh * g.ow;
   thread_local std::vector<float> dyT_buf;
   thread_local std::vector<int64_t> xbase_buf;
@@ -169,26 +185,28 @@ void wgrad_channels(const ConvGeometry& g, const Padded& P, const float* xp, con
   int64_t* xbase = xbase_buf.data();
   const int64_t outputs = nb * g.od * oplane, runs = (outputs + run_len - 1) / run_len;
 #pragma omp for schedule(static)
-  for (int64_t t = 0; t < runs; ++t) {
-    const int64_t q0 = t * run_len, nq = std::min(run_len, outputs - q0);
-    std::fill(dyT, dyT + nq * cpad, 0.0f);
-    for (int64_t q = 0; q < nq;) {  // one plane segment at a time: dy reads are contiguous per channel
-      const int64_t nz = (q0 + q) / oplane, yx = (q0 + q) % oplane, len = std::min(oplane - yx, nq - q);
-      const int64_t nl = nz / g.od, z = nz % g.od;
-      for (int64_t v = 0; v < len; ++v) {
-        const int64_t p = yx + v;
-        xbase[q + v] = nl * P.sample(g.cin) + z * P.plane() + (p / g.ow) * P.wp + p % g.ow;
+  for (int64_t chunk = 0; chunk < ch.count; ++chunk)
+    for (int64_t t = ch.begin(chunk, runs); t < ch.end(chunk, runs); ++t) {
+      float* part = parts + chunk * ch.part_size;
+      const int64_t q0 = t * run_len, nq = std::min(run_len, outputs - q0);
+      std::fill(dyT, dyT + nq * cpad, 0.0f);
+      for (int64_t q = 0; q < nq;) {  // one plane segment at a time: dy reads are contiguous per channel
+        const int64_t nz = (q0 + q) / oplane, yx = (q0 + q) % oplane, len = std::min(oplane - yx, nq - q);
+        const int64_t nl = nz / g.od, z = nz % g.od;
+        for (int64_t v = 0; v < len; ++v) {
+          const int64_t p = yx + v;
+          xbase[q + v] = nl * P.sample(g.cin) + z * P.plane() + (p / g.ow) * P.wp + p % g.ow;
+        }
+        for (int64_t o = 0; o < g.cout; ++o) {
+          const float* src = dy + ((n0 + nl) * g.cout + o) * ovol + z * oplane + yx;
+          for (int64_t v = 0; v < len; ++v) dyT[(q + v) * cpad + o] = src[v];
+        }
+        q += len;
       }
-      for (int64_t o = 0; o < g.cout; ++o) {
-        const float* src = dy + ((n0 + nl) * g.cout + o) * ovol + z * oplane + yx;
-        for (int64_t v = 0; v < len; ++v) dyT[(q + v) * cpad + o] = src[v];
-      }
-      q += len;
+      for (int64_t o0 = 0; o0 < cpad; o0 += kWide)
+        for (size_t k0 = 0; k0 < tapoff.size(); k0 += kTapGroup)
+          channels_block(xp, xbase, nq, dyT + o0, cpad, tapoff.data() + k0, part + k0 * cpad + o0, cpad);
     }
-    for (int64_t o0 = 0; o0 < cpad; o0 += kWide)
-      for (size_t k0 = 0; k0 < tapoff.size(); k0 += kTapGroup)
-        channels_block(xp, xbase, nq, dyT + o0, cpad, tapoff.data() + k0, part + k0 * cpad + o0, cpad);
-  }
 }
 
 }  // namespace
@@ -199,15 +217,7 @@ void conv3d_wgrad_direct(const ConvGeometry& g, const float* x, const float* dy,
   const int64_t K = g.col_rows(), wsize = g.cout * K;
   const bool rows = g.ow % kLanes == 0;
   const PaddedGroup group = padded_group(g, P);
-  const int64_t threads = run_parallel(g) ? omp_get_max_threads() : 1;
-  // rows: planes per run, enough for kMinRunVectors vectors (a run may span samples), but no more than
-  // leaves every thread a run.
-  const int64_t nvec = g.oh * (g.ow / kLanes);
-  const int64_t run_planes = std::clamp<int64_t>((kMinRunVectors + std::max<int64_t>(nvec, 1) - 1) /
-                                                     std::max<int64_t>(nvec, 1),
-                                                 1, std::max<int64_t>(1, group.samples * g.od / threads));
-  // channels: taps padded to a multiple of kTapGroup, channels to a multiple of kWide; outputs per run
-  // bounded by kRunFloats and by leaving every thread a run.
+  // Chunks (see Chunks): kChunks for a parallel run, as memory allows.
   std::vector<int64_t> tapoff;
   for (int64_t c = 0; c < g.cin; ++c)
     for (int64_t i = 0; i < 3; ++i)
@@ -215,34 +225,40 @@ void conv3d_wgrad_direct(const ConvGeometry& g, const float* x, const float* dy,
         for (int64_t l = 0; l < 3; ++l) tapoff.push_back(c * P.channel() + i * P.plane() + j * P.wp + l);
   while (tapoff.size() % kTapGroup) tapoff.push_back(tapoff.back());
   const int64_t kpad = static_cast<int64_t>(tapoff.size()), cpad = (g.cout + kWide - 1) / kWide * kWide;
-  const int64_t group_outputs = group.samples * g.od * g.oh * g.ow;
-  const int64_t run_len = std::clamp<int64_t>(kRunFloats / cpad, 1, std::max<int64_t>(1, group_outputs / threads));
   const int64_t part_size = rows ? wsize * kLanes : kpad * cpad;
-  std::vector<float*> partial(threads, nullptr);
+  const Chunks ch{run_parallel(g) ? std::clamp<int64_t>(kMaxPartialFloats / part_size, 1, kChunks) : 1, part_size};
+  // rows: planes per run, enough for kMinRunVectors vectors (a run may span samples), but no more than
+  // leaves every chunk a run.
+  const int64_t nvec = std::max<int64_t>(1, g.oh * (g.ow / kLanes));
+  const int64_t run_planes =
+      std::clamp<int64_t>((kMinRunVectors + nvec - 1) / nvec, 1, std::max<int64_t>(1, group.samples * g.od / ch.count));
+  // channels: outputs per run bounded by kRunFloats and by leaving every chunk a run.
+  const int64_t group_outputs = group.samples * g.od * g.oh * g.ow;
+  const int64_t run_len = std::clamp<int64_t>(kRunFloats / cpad, 1, std::max<int64_t>(1, group_outputs / ch.count));
+  thread_local std::vector<float> parts_buf;  // the calling thread's, shared with the team
+  float* parts = grow(parts_buf, ch.count * part_size);
 #pragma omp parallel if (run_parallel(g))
   {
-    thread_local std::vector<float> part_buf;
-    float* part = grow(part_buf, part_size);
-    std::fill(part, part + part_size, 0.0f);
-    partial[omp_get_thread_num()] = part;
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < ch.count; ++c) std::fill(parts + c * part_size, parts + (c + 1) * part_size, 0.0f);
     for (int64_t n0 = 0; n0 < g.n; n0 += group.samples) {
       const int64_t nb = std::min(group.samples, g.n - n0);
       pad_samples(g, P, x, n0, nb, group.xp);
-      if (rows) wgrad_rows(g, P, group.xp, dy, n0, nb, run_planes, part);
-      else wgrad_channels(g, P, group.xp, dy, n0, nb, tapoff, cpad, run_len, part);
+      if (rows) wgrad_rows(g, P, group.xp, dy, n0, nb, run_planes, ch, parts);
+      else wgrad_channels(g, P, group.xp, dy, n0, nb, tapoff, cpad, run_len, ch, parts);
     }
-    // The partials in thread order: rows [o][k][lane] (lanes summed), channels [k][o] (transposed).
+    // The partials in chunk order: rows [o][k][lane] (lanes summed in order), channels [k][o] (transposed).
 #pragma omp for schedule(static)
     for (int64_t e = 0; e < wsize; ++e) {
       float s = 0.0f;
-      if (rows) {
-        for (const float* p : partial)
-          if (p)
-            for (int64_t l = 0; l < kLanes; ++l) s += p[e * kLanes + l];
-      } else {
-        const int64_t o = e / K, k = e % K;
-        for (const float* p : partial)
-          if (p) s += p[k * cpad + o];
+      for (int64_t c = 0; c < ch.count; ++c) {
+        const float* p = parts + c * part_size;
+        if (rows) {
+          for (int64_t l = 0; l < kLanes; ++l) s += p[e * kLanes + l];
+        } else {
+          const int64_t o = e / K, k = e % K;
+          s += p[k * cpad + o];
+        }
       }
       dw[e] = s;
     }

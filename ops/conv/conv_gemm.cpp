@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/allocator.h"
 #include "ops/common.h"
 #include "ops/conv/conv_direct.h"
 
@@ -39,17 +40,28 @@ struct Tiling {
   int64_t end(int64_t t) const { return std::min(cols, (t + 1) * width); }
 };
 
+// A parallel run cuts the columns into a multiple of kTileGroup tiles (when there are enough columns),
+// so that a static schedule gives 1, 2 or 4 threads the same work; wgrad keeps one partial sum per
+// group of tiles (kTileGroup of them).
+constexpr int64_t kTileGroup = 4;
+// To make kTileGroup tiles a parallel run lets tiles shrink below kMinTileCols, but not below this.
+constexpr int64_t kMinSplitCols = 8;
+
 // Tiles of at most kColTileBytes (and at least kMinTileCols wide). For a parallel run (run_parallel),
-// at least one tile per thread and their number a multiple of the thread count, so that a static
-// schedule gives every thread the same work: the GEMMs then run single-threaded inside our parallel
-// loops. Eigen's own GEMM threading is never used (see SerialEigen).
+// at least kTileGroup tiles where the columns allow, their number a multiple of kTileGroup. The tiling
+// depends on the problem's size only, never on the thread count: Eigen's GEMM gives the last rows of
+// a product (here a tile's last columns) split accumulators, so the bits of a column depend on where
+// it falls in its tile, and a thread-count-dependent tiling made them depend on OMP_NUM_THREADS. The
+// GEMMs run single-threaded inside our parallel loops; Eigen's own GEMM threading is never used (see
+// SerialEigen).
 Tiling plan_tiles(int64_t cols, int64_t rows, int64_t elem_bytes, bool parallel) {
-  const int64_t threads = parallel ? num_threads() : 1;
+  const int64_t group = parallel ? kTileGroup : 1;
   int64_t width = std::max(kMinTileCols, kColTileBytes / std::max<int64_t>(1, rows * elem_bytes));
-  width = std::max<int64_t>(1, std::min(width, (cols + threads - 1) / threads));
+  if (parallel) width = std::min(width, std::max(kMinSplitCols, (cols + group - 1) / group));
+  width = std::max<int64_t>(1, std::min(width, cols));
   int64_t count = (cols + width - 1) / width;
   if (count > 1) {
-    count = (count + threads - 1) / threads * threads;
+    count = (count + group - 1) / group * group;
     width = std::max<int64_t>(1, (cols + count - 1) / count);
     count = (cols + width - 1) / width;
   }
@@ -57,13 +69,16 @@ Tiling plan_tiles(int64_t cols, int64_t rows, int64_t elem_bytes, bool parallel)
 }
 
 // Per-thread scratch buffers, grown on demand and kept across calls (the OpenMP pool's threads live
-// as long as the process), so training steps do not re-allocate megabytes of column tiles.
+// as long as the process), so training steps do not re-allocate megabytes of column tiles. Poisoned
+// on every take when the allocator's poison is on (core/allocator.h): no caller may read what an
+// earlier call left in them.
 enum Slot { kColSlot, kRowsSlot, kAccSlot, kSlotCount };
 template <typename T>
 T* scratch(Slot slot, int64_t n) {
   thread_local std::vector<T> bufs[kSlotCount];
   std::vector<T>& b = bufs[slot];
   if (static_cast<int64_t>(b.size()) < n) b.resize(n);
+  cpu_poison_fill(b.data(), sizeof(T) * static_cast<size_t>(n));
   return b.data();
 }
 
@@ -166,7 +181,9 @@ void conv3d_dgrad(const ConvGeometry& g, const T* dy, const T* w, T* dx) {
   }
   // Overlapping windows with stride > 1: tiles one after another; within a tile the threads share the
   // rows of the GEMM, then the scatter-add, split over input channels (which write disjoint planes of dx).
-  const int64_t threads = parallel ? num_threads() : 1, row_block = (rows + threads - 1) / threads;
+  // Row blocks fixed by the problem size (kTileGroup of them), not by the thread count, so that every
+  // row's GEMM is the same whatever the number of threads.
+  const int64_t row_block = parallel ? (rows + kTileGroup - 1) / kTileGroup : rows;
   for (int64_t t = 0; t < tiles.count; ++t) {
     const int64_t q0 = tiles.begin(t), q1 = tiles.end(t), width = q1 - q0;
     const ConstMapR<T> dY = gather_cols(dy, g.cout, vol, q0, q1, scratch<T>(kRowsSlot, g.cout * width));
@@ -197,31 +214,29 @@ void conv3d_wgrad(const ConvGeometry& g, const T* x, const T* dy, T* dw) {
   }
   const bool parallel = run_parallel(g);
   const Tiling tiles = plan_tiles(g.cols(), rows, sizeof(T), parallel);
-  const int team = parallel && tiles.count > 1 ? num_threads() : 1;
-  const SerialEigen serial(team == 1);
-  std::vector<T*> partial(team, nullptr);
-  // Each thread accumulates its tiles' dY * col^T into its own (Cout, K) buffer; the buffers are then
-  // summed in thread order, so the result does not depend on timing.
-#pragma omp parallel num_threads(team) if (team > 1)
-  {
-    T* acc = scratch<T>(kAccSlot, wsize);
-    std::fill(acc, acc + wsize, T(0));
-    partial[omp_get_thread_num()] = acc;
-    MapR<T> A(acc, g.cout, rows, Eigen::OuterStride<>(rows));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles.count; ++t) {
+  // The tiles are cut into `chunks` consecutive runs; each chunk accumulates its tiles' dY * col^T, in
+  // tile order, into its own (Cout, K) buffer, and the buffers are then summed in chunk order. Chunks
+  // depend on the problem size only, so the result depends neither on timing nor on the thread count.
+  const int64_t chunks = std::min(tiles.count, parallel ? kTileGroup : int64_t{1});
+  const SerialEigen serial(chunks == 1);
+  T* acc = scratch<T>(kAccSlot, chunks * wsize);  // the calling thread's, shared with the team
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    T* part = acc + c * wsize;
+    std::fill(part, part + wsize, T(0));
+    MapR<T> A(part, g.cout, rows, Eigen::OuterStride<>(rows));
+    for (int64_t t = c * tiles.count / chunks; t < (c + 1) * tiles.count / chunks; ++t) {
       const int64_t q0 = tiles.begin(t), q1 = tiles.end(t), width = q1 - q0;
       const ConstMapR<T> C = col_block(g, x, q0, q1);
       const ConstMapR<T> dY = gather_cols(dy, g.cout, vol, q0, q1, scratch<T>(kRowsSlot, g.cout * width));
       A.noalias() += dY * C.transpose();
     }
-#pragma omp for schedule(static)
-    for (int64_t e = 0; e < wsize; ++e) {
-      T s = 0;
-      for (T* p : partial)
-        if (p) s += p[e];
-      dw[e] = s;
-    }
+  }
+#pragma omp parallel for schedule(static) if (chunks > 1 && parallel_worth(chunks * wsize))
+  for (int64_t e = 0; e < wsize; ++e) {
+    T s = acc[e];
+    for (int64_t c = 1; c < chunks; ++c) s += acc[c * wsize + e];
+    dw[e] = s;
   }
 }
 

@@ -10,10 +10,13 @@
 // or double (FP64). Outputs are overwritten, not accumulated.
 //
 // Parallel mapping (OpenMP, no nested regions): the Q columns are cut into tiles whose column block
-// (K x tile) fits in L2, at least one per thread; the tiles are shared out among the threads, each of
-// which builds its block with vol2col and runs a single-threaded Eigen GEMM on it (Eigen's own GEMM
-// threading is never used: see plan_tiles). dgrad with overlapping windows and stride > 1 runs the
-// tiles in turn, the threads sharing each tile's GEMM rows and then its scatter-add.
+// (K x tile) fits in L2, a multiple of 4 of them for a parallel run; the tiles are shared out among
+// the threads, each of which builds its block with vol2col and runs a single-threaded Eigen GEMM on
+// it (Eigen's own GEMM threading is never used: see plan_tiles). wgrad sums its tiles in 4 fixed
+// chunks, then the chunks in order. dgrad with overlapping windows and stride > 1 runs the tiles in
+// turn, the threads sharing each tile's GEMM rows (4 fixed blocks) and then its scatter-add.
+// Same bits whatever the thread count: tiles, chunks and row blocks follow from the problem's size
+// alone, and every sum runs in a fixed order.
 //
 // FP32 3x3x3 stride-1 convolutions (the U-Net's) go to the direct kernels of conv_direct.h instead, and
 // so does their dgrad, which for stride 1 is an fprop with flipped weights.

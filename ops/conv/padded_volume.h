@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/allocator.h"
 #include "ops/conv/vol2col.h"
 
 namespace halfgrad::ops::conv {
@@ -34,9 +35,11 @@ PaddedGroup padded_group(const ConvGeometry& g, const Padded& P);
 /// every thread of the enclosing parallel region must call it; it ends in a barrier.
 void pad_samples(const ConvGeometry& g, const Padded& P, const float* x, int64_t n0, int64_t nb, float* xp);
 
-/// A per-thread buffer of at least n floats (grown on demand, kept across calls).
+/// A per-thread buffer of at least n floats (grown on demand, kept across calls; its first n floats
+/// poisoned on every call when the allocator's poison is on, see core/allocator.h).
 inline float* grow(std::vector<float>& buf, int64_t n) {
   if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
+  cpu_poison_fill(buf.data(), sizeof(float) * static_cast<size_t>(n));
   return buf.data();
 }
 

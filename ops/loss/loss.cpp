@@ -41,6 +41,15 @@ namespace {
 // (1, 3, 48, 64, 48) volume still splits into ~290 tasks.
 constexpr int64_t kTile = 512;
 
+// Also the tasks' scratch rows (m, s, e, p, q, one-hot), never a std::vector: when the destination of
+// an Eigen expression is not known to be aligned, Eigen computes the elements before its first
+// 32-byte boundary one at a time with the scalar function (std::exp, std::log) and the others with
+// its vectorised one (pexp, plog), and the two differ in the last bit. A std::vector's storage is
+// only 16-byte aligned, so which elements took which path, and with it the loss and its gradient,
+// followed the heap's state (the CPU cache's setting, an instrument's allocations). Eigen's storage
+// is 32-byte aligned and every row starts at a multiple of kTile elements: the same path for every
+// element of every run. (The destinations in tensors, lse and dx, sit at offsets fixed by the shape
+// in 64-byte aligned blocks: core/allocator.h.)
 template <typename T>
 using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
 template <typename T>
@@ -255,7 +264,8 @@ Tensor fused_loss(const LossSpec& spec, amp::OpKind kind, const Tensor& logits, 
 #pragma omp parallel if (T_ > 1 && parallel_worth(g.N * C * S))
     {
       std::vector<int32_t> t32(kTile);
-      std::vector<T> m(kTile), s(kTile), e(C * kTile), oh(C * kTile);
+      Arr<T> m = Arr<T>::Zero(kTile), s = Arr<T>::Zero(kTile), e = Arr<T>::Zero(C * kTile),
+             oh = Arr<T>::Zero(C * kTile);  // aligned scratch rows: see Arr
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < T_; ++t) {
         const int64_t n = t / g.tiles(), i0 = (t % g.tiles()) * kTile, len = std::min(kTile, S - i0);
@@ -307,7 +317,7 @@ Tensor fused_loss(const LossSpec& spec, amp::OpKind kind, const Tensor& logits, 
 #pragma omp parallel if (T_ > 1 && parallel_worth(g.N * C * S))
           {
             std::vector<int32_t> t32(kTile);
-            std::vector<T> q(kTile), p(C * kTile), oh(C * kTile);
+            Arr<T> q = Arr<T>::Zero(kTile), p = Arr<T>::Zero(C * kTile), oh = Arr<T>::Zero(C * kTile);
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < T_; ++t) {
               const int64_t n = t / g.tiles(), i0 = (t % g.tiles()) * kTile, len = std::min(kTile, S - i0);

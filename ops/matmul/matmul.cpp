@@ -1,6 +1,7 @@
 // matmul.cpp - matmul and linear on the CPU with Eigen's GEMM (math and shapes in matmul.h).
 // FP16 operands are widened to FP32, multiplied with FP32 accumulation, and the product is rounded to
-// FP16 once; Float64 multiplies in double. Large products are split over the OpenMP threads (gemm).
+// FP16 once; Float64 multiplies in double. Large products are cut into 4 fixed blocks that the OpenMP
+// threads share (gemm): the same bits whatever the thread count.
 //
 // CUDA tensors: float16 operands run on the Tensor Core GEMM (gemm_cuda.h: FP16 operands, FP32
 // accumulation, the output written once in the op's dtype); float32 operands on the FP32 SIMT GEMM
@@ -39,11 +40,14 @@ enum class Trans { N, T };
 
 // About 10 us of work on one core: below it an OpenMP region costs more than it saves.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
+// Blocks of a parallel product: a static schedule gives 1, 2 or 4 threads the same work.
+constexpr int64_t kGemmBlocks = 4;
 
 // C (m, n) = op(A) * op(B) in compute precision, op = identity or transpose; A and B are 2-D of one dtype.
-// Products of at least kMinParallelMacs multiply-adds have the longer side of C cut into one block per
-// thread, each a single-threaded Eigen GEMM inside our parallel loop; smaller ones run on the calling
-// thread. Eigen's own GEMM threading is kept off (its workers spin-wait on each other, and stall for
+// Products of at least kMinParallelMacs multiply-adds have the longer side of C cut into kGemmBlocks
+// blocks, each a single-threaded Eigen GEMM inside our parallel loop; smaller ones run on the calling
+// thread. The blocks follow from the shapes alone, never from the thread count: Eigen sums the last
+// rows of a product with split accumulators, so an element's bits depend on where its block ends. Eigen's own GEMM threading is kept off (its workers spin-wait on each other, and stall for
 // whole scheduler time slices when another process takes a core; see ops/conv/conv_gemm.cpp).
 #ifdef HALFGRAD_CUDA
 // C (m, n) = op(a) * op(b) (+ bias broadcast over the rows) on CUDA, in dtype `out`. a and b are 2-D,
@@ -96,10 +100,9 @@ Tensor gemm(const Tensor& a, Trans ta, const Tensor& b, Trans tb) {
   const int64_t k = ta == Trans::N ? a.size(1) : a.size(0);
   const int64_t n = tb == Trans::N ? b.size(1) : b.size(0);
   Tensor c = Tensor::empty({m, n}, ca.dtype());
-  const int64_t threads = num_threads();
   const bool split_rows = m >= n;
   const int64_t side = split_rows ? m : n;
-  const int64_t blocks = m * n * k >= kMinParallelMacs ? std::min(threads, side) : 1;
+  const int64_t blocks = m * n * k >= kMinParallelMacs ? std::min(kGemmBlocks, side) : 1;
   const SerialEigen serial(blocks == 1);
   const int64_t step = (side + blocks - 1) / std::max<int64_t>(blocks, 1);
   dispatch_compute(ca.dtype(), [&](auto tag) {

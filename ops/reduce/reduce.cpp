@@ -16,6 +16,9 @@ namespace halfgrad::ops {
 
 namespace {
 
+// Elements per partial sum of a full reduction.
+constexpr int64_t kSumChunk = 1 << 14;
+
 std::vector<bool> reduced_mask(const char* op, const Shape& s, const std::vector<int64_t>& dims) {
   const int64_t nd = static_cast<int64_t>(s.size());
   std::vector<bool> mask(nd, false);
@@ -50,9 +53,19 @@ Tensor reduce_sum(const char* op, const Tensor& x, const std::vector<bool>& mask
     using T = decltype(tag);
     const T* p = cx.data<T>();
     if (acc.size() == 1) {
+      // Fixed chunks of kSumChunk elements, each summed in order, the chunk sums added in order: the
+      // same bits whatever the thread count (an OpenMP reduction(+) combines the threads' partials in
+      // the order they finish).
+      const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+      std::vector<double> part(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static) if (parallel_worth(n))
+      for (int64_t c = 0; c < chunks; ++c) {
+        double a = 0;
+        for (int64_t i = c * kSumChunk; i < std::min(n, (c + 1) * kSumChunk); ++i) a += p[i];
+        part[c] = a;
+      }
       double total = 0;
-#pragma omp parallel for reduction(+ : total) if (parallel_worth(n))
-      for (int64_t i = 0; i < n; ++i) total += p[i];
+      for (double a : part) total += a;
       acc[0] = total;
       return;
     }

@@ -3,7 +3,8 @@
 //   sum(x, dims, keepdim)  -> x's shape with `dims` removed (or kept as 1)   dx = broadcast(dy)
 //   mean = sum / (number of reduced elements)                    dx = broadcast(dy) / count
 // Accumulation is in FP64 on the CPU for every input dtype (so FP16 inputs get at least the FP32
-// accumulation PyTorch gives them); the output has the input's dtype, or FP32 under autocast.
+// accumulation PyTorch gives them), in an order fixed by the shape (never by the thread count); the
+// output has the input's dtype, or FP32 under autocast.
 // Errors: a dim out of range or repeated names the op, the dim and the shape.
 #pragma once
 #include <vector>
