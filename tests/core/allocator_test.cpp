@@ -1,4 +1,5 @@
-// The CPU caching allocator's run-time settings: the cache limit and the poison fill (core/allocator.h).
+// The CPU caching allocator: its run-time settings (the cache limit and the poison fill, core/allocator.h),
+// and, at the end, its reuse of cached blocks and their AddressSanitizer poisoning (tools/sanitize.sh).
 #include <doctest/doctest.h>
 
 #include <cmath>
