@@ -7,8 +7,9 @@
 //
 // Intensities: any real scalar datatype the header names (uint8, int8, int16, uint16, int32, uint32,
 // int64, uint64, float32, float64) is converted to float32 after applying the header's scaling
-//     value = stored * scl_slope + scl_inter      (scl_slope == 0 or non-finite: no scaling at all)
-// which is the NIfTI-1 rule. (The reference reader, ../shared/reference/torch_hippo_train.py, applies
+//     value = stored * scl_slope + scl_inter      (scl_slope == 0: no scaling at all)
+// which is the NIfTI-1 rule (a non-finite scl_slope or scl_inter is an error). Label maps
+// (read_label_nifti) are scaled the same way in double precision and must come out integral. (The reference reader, ../shared/reference/torch_hippo_train.py, applies
 // scl_inter even when scl_slope is 0; no file in the hippocampus set has slope 0, so both agree there.)
 //
 // Errors: every failure throws halfgrad::Error whose message starts "read_nifti: <path>:" (or

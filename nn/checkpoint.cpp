@@ -285,15 +285,20 @@ CheckpointState read_checkpoint(const std::string& path) {
     HG_CHECK(dtype_from_code(dcode, &dtype), fn << what << ": dtype code " << int(dcode) << " is unknown (corrupt file)");
     HG_CHECK(ndim <= kMaxDims, fn << what << ": " << int(ndim) << " dimensions (at most " << int(kMaxDims) << ")");
     Shape shape(ndim);
-    int64_t numel = 1;
-    bool overflow = false;
+    // The product of the non-zero extents must stay below 2^63 / 8 (bytes of the largest dtype),
+    // even when an extent is 0: shape_numel and the kernels multiply the extents in any order.
+    // Checked before each multiplication, which would otherwise overflow (found by checkpoint_fuzz).
+    int64_t numel_nonzero = 1;
+    bool overflow = false, has_zero = false;
     for (auto& e : shape) {
       e = r.pod<int64_t>(what + " (shape)");
       HG_CHECK(e >= 0, fn << what << ": negative extent " << e << " (corrupt file)");
-      if (e != 0 && numel > std::numeric_limits<int64_t>::max() / 8 / e) overflow = true;
-      numel *= e;
+      if (e == 0) has_zero = true;
+      else if (overflow || numel_nonzero > std::numeric_limits<int64_t>::max() / 8 / e) overflow = true;
+      else numel_nonzero *= e;
     }
     HG_CHECK(!overflow, fn << what << ": shape " << shape_str(shape) << " is too large (corrupt file)");
+    const int64_t numel = has_zero ? 0 : numel_nonzero;
     const uint64_t nbytes = r.pod<uint64_t>(what + " (byte count)");
     HG_CHECK(nbytes == static_cast<uint64_t>(numel) * dtype_size(dtype),
              fn << what << ": " << nbytes << " data bytes for shape " << shape_str(shape) << " of " << dtype_name(dtype)

@@ -38,9 +38,10 @@ for t in $targets; do
   echo "== $t: ${seconds} s on fuzz/corpus/$name (+ $dir/corpus)"
   rc=0
   # -rss_limit_mb: an input that makes the reader allocate more is a finding (the harnesses' own
-  # limits keep a valid input far below it). -timeout: one input may take at most 10 s.
-  nice -n "$nice_level" "$build/$t" "$dir/corpus" "fuzz/corpus/$name" -max_total_time="$seconds" \
-      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix="$dir/" >"$log" 2>&1 || rc=$?
+  # limits keep a valid input far below it). -timeout: one input may take at most 30 s (generous:
+  # CI shares its cores). -max_len: inputs up to 8 KiB (libFuzzer would stop at the largest seed).
+  nice -n "$nice_level" "$build/$t" "$dir/corpus" "fuzz/corpus/$name" -max_total_time="$seconds" -max_len=8192 \
+      -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 -artifact_prefix="$dir/" >"$log" 2>&1 || rc=$?
   last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
   execs=$(grep -E 'stat::number_of_executed_units' "$log" | awk '{print $2}' || true)
   echo "   last status: ${last:-none}"

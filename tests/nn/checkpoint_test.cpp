@@ -358,3 +358,31 @@ TEST_CASE("nn: checkpoint fuzz seeds load (TinyModule, width-2 U-Net rebuilt fro
     }
   }
 }
+
+TEST_CASE("nn: checkpoint record whose extents multiply past 2^63 is an Error, with no overflow on the way") {
+  // checkpoint_fuzz found this: the extents were multiplied after the overflow check had already
+  // failed (signed overflow, undefined behaviour); tests/data/fuzz/checkpoint_fuzz/ holds its inputs.
+  TempDir dir;
+  const std::string path = dir.file("huge_shape.bin");
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+           {int64_t{1} << 62, int64_t{1} << 62, 4}, {0, int64_t{1} << 62, int64_t{1} << 62}, {int64_t{1} << 60, 8, 0}}) {
+    CAPTURE(shape_str(shape));
+    std::vector<char> b = {'\x89', 'H', 'G', 'C', 'K', 'P', 'T', '\n'};
+    auto put = [&](const void* p, size_t n) { b.insert(b.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n); };
+    const uint32_t version = 1, count = 1, name_len = 1;
+    put(&version, 4);
+    put(&count, 4);
+    const uint8_t rec[4] = {0, 0, static_cast<uint8_t>(shape.size()), 0};  // parameter, float32, ndim
+    put(rec, 4);
+    put(&name_len, 4);
+    put("w", 1);
+    for (int64_t e : shape) put(&e, 8);
+    const uint64_t nbytes = 0, json_len = 0;
+    put(&nbytes, 8);
+    put(&json_len, 8);
+    const uint64_t sum = nn::checkpoint_checksum(b.data(), b.size());
+    put(&sum, 8);
+    write_all(path, b);
+    testing::check_error([&] { nn::read_checkpoint(path); }, {"read_checkpoint: " + path, "parameter 'w': shape [", "is too large"});
+  }
+}
