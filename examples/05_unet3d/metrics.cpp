@@ -64,6 +64,18 @@ std::string MetricsTable::csv() const {
   return s;
 }
 
-nlohmann::json MetricsTable::to_json() const { return {{"header", header_}, {"rows", rows_}}; }
+// A metrics line without its last two fields (epoch_seconds, elapsed_seconds).
+static std::string without_times(const std::string& line) {
+  const size_t last = line.rfind(',');
+  const size_t cut = last == std::string::npos || last == 0 ? std::string::npos : line.rfind(',', last - 1);
+  return cut == std::string::npos ? line : line.substr(0, cut);
+}
+
+nlohmann::json MetricsTable::to_json() const {
+  std::vector<std::string> rows;
+  rows.reserve(rows_.size());
+  for (const std::string& r : rows_) rows.push_back(without_times(r));
+  return {{"header", without_times(header_)}, {"rows", rows}};
+}
 
 }  // namespace unet3d_app

@@ -36,8 +36,9 @@ struct EpochMetrics {
 ///   dice_<class> for each foreground class (dataset.json's names), mean_dice  (empty when the epoch
 ///   did not validate), epoch_seconds, elapsed_seconds (training time since the run started).
 /// The train loop keeps every row and writes the file (atomically) right after each checkpoint with
-/// the rows up to the checkpoint's epoch, and saves the same rows in the checkpoint's metadata, so
-/// metrics.csv never lists an epoch whose weights were not saved.
+/// the rows up to the checkpoint's epoch, and saves the same rows, less the two time columns, in the
+/// checkpoint's metadata, so metrics.csv never lists an epoch whose weights were not saved, and the
+/// checkpoint stays a function of the options and the seed (same seed, same bytes; times differ).
 class MetricsTable {
  public:
   /// class_names[0] is the background (no column).
@@ -46,7 +47,8 @@ class MetricsTable {
   void add(const EpochMetrics& m);
   /// The header line and every row added so far, '\n'-terminated.
   std::string csv() const;
-  /// {"header": "...", "rows": ["...", ...]}: the same text, for a checkpoint's metadata.
+  /// {"header": "...", "rows": ["...", ...]}: the same text without epoch_seconds and
+  /// elapsed_seconds (which differ from run to run), for a checkpoint's metadata.
   nlohmann::json to_json() const;
   size_t size() const { return rows_.size(); }
 

@@ -2,7 +2,7 @@
 // overwrite a run without being asked (the behaviour nnU-Net and MONAI users expect).
 //
 // A run folder holds checkpoint.bin (model, optimizer, GradScaler state; its metadata's "epoch" is the
-// epoch its weights are from, and "metrics" the metrics.csv rows up to that epoch) and metrics.csv
+// epoch its weights are from, and "metrics" the metrics.csv rows up to that epoch, less their time columns) and metrics.csv
 // (metrics.h: rewritten atomically right after each checkpoint, so it lists exactly the checkpoint's
 // epochs), plus, on request, the precision report's files (amp/precision_report.h). Writes go
 // through "<name>.tmp" and a rename; a process killed during one leaves that temp file behind.
