@@ -25,15 +25,27 @@ GradScaler::GradScaler(const GradScalerOptions& o)
       max_scale_(o.max_scale()),
       skip_warning_after_(o.skip_warning_after()) {
   if (!enabled_) return;
-  HG_CHECK(growth_factor_ > 1.0, "GradScaler: the growth factor must be > 1.0, got " << growth_factor_);
-  HG_CHECK(backoff_factor_ < 1.0, "GradScaler: the backoff factor must be < 1.0, got " << backoff_factor_);
-  HG_CHECK(init_scale_ > 0.0, "GradScaler: init_scale must be > 0, got " << init_scale_);
-  HG_CHECK(growth_interval_ >= 1, "GradScaler: growth_interval must be >= 1, got " << growth_interval_);
-  HG_CHECK(max_scale_ > 0.0 && init_scale_ <= max_scale_,
-           "GradScaler: max_scale must be > 0 and >= init_scale, got max_scale " << max_scale_ << " and init_scale "
-                                                                                << init_scale_);
-  HG_CHECK(skip_warning_after_ >= 0,
-           "GradScaler: skip_warning_after must be >= 0 (0 turns the warning off), got " << skip_warning_after_);
+  check_settings("GradScaler", init_scale_, growth_factor_, backoff_factor_, growth_interval_, max_scale_,
+                 skip_warning_after_);
+  HG_CHECK(init_scale_ <= max_scale_, "GradScaler: max_scale must be >= init_scale, got max_scale "
+                                          << max_scale_ << " and init_scale " << init_scale_);
+}
+
+// The range checks of the constructor and of load_state_dict (a checkpoint is untrusted input). The
+// scale is held as a float32, so it must also be a finite float32. (A loaded scale may exceed
+// max_scale: the next growth step brings it down, see grad_scaler.h.)
+void GradScaler::check_settings(const char* who, double scale, double growth_factor, double backoff_factor,
+                                int64_t growth_interval, double max_scale, int64_t skip_warning_after) {
+  HG_CHECK(growth_factor > 1.0 && std::isfinite(growth_factor),
+           who << ": the growth factor must be > 1.0 and finite, got " << growth_factor);
+  HG_CHECK(backoff_factor > 0.0 && backoff_factor < 1.0,
+           who << ": the backoff factor must be in (0, 1), got " << backoff_factor);
+  HG_CHECK(scale > 0.0 && scale <= std::numeric_limits<float>::max(),
+           who << ": the scale (init_scale) must be > 0 and a finite float32, got " << scale);
+  HG_CHECK(growth_interval >= 1, who << ": growth_interval must be >= 1, got " << growth_interval);
+  HG_CHECK(max_scale > 0.0, who << ": max_scale must be > 0, got " << max_scale);
+  HG_CHECK(skip_warning_after >= 0,
+           who << ": skip_warning_after must be >= 0 (0 turns the warning off), got " << skip_warning_after);
 }
 
 void GradScaler::check_initialized(const char* what) const {
@@ -275,6 +287,8 @@ void GradScaler::load_state_dict(const nlohmann::json& sd) {
   const int64_t skip_warning_after = f.has("skip_warning_after") ? f["skip_warning_after"].as_int() : skip_warning_after_;
   const int64_t consecutive_skipped =
       f.has("_consecutive_skipped") ? f["_consecutive_skipped"].as_int(0, std::numeric_limits<int64_t>::max()) : consecutive_skipped_;
+  check_settings("GradScaler::load_state_dict", scale, growth_factor, backoff_factor, growth_interval, max_scale,
+                 skip_warning_after);
   init_scale_ = scale;
   if (scale_) scale_ = static_cast<float>(init_scale_);
   growth_factor_ = growth_factor;

@@ -177,11 +177,15 @@ class GradScaler {
   /// disabled.
   nlohmann::json state_dict() const;
   /// Restore what state_dict() wrote (or PyTorch's state_dict: the extra keys are optional); throws
-  /// on an empty dict (saved from a disabled scaler), as PyTorch, and on a missing PyTorch key. A
+  /// on an empty dict (saved from a disabled scaler), as PyTorch, on a missing PyTorch key or a field
+  /// of the wrong type, and on a value the constructor would refuse (scale <= 0 or beyond float32,
+  /// growth factor <= 1, backoff outside (0, 1), growth interval < 1, ...); nothing is changed then. A
   /// loaded scale above max_scale is kept; the next growth step brings it down to max_scale.
   void load_state_dict(const nlohmann::json& state_dict);
 
  private:
+  static void check_settings(const char* who, double scale, double growth_factor, double backoff_factor,
+                             int64_t growth_interval, double max_scale, int64_t skip_warning_after);
   enum class Stage { Ready, Unscaled, Stepped };
   struct OptimizerState {
     Stage stage = Stage::Ready;

@@ -110,20 +110,25 @@ void* handed_out(void* p, size_t nbytes, size_t size) {
 
 void* cpu_allocate(size_t nbytes) {
   const size_t size = rounded_size(nbytes);
+  (void)cpu_poison();  // reads HALFGRAD_CPU_POISON once (a bad value throws) before any block is taken
   Cache& c = cache();
   if (size >= kMinCachedBytes) {
-    std::lock_guard<std::mutex> lock(c.mu);
-    auto it = c.free_blocks.find(size);
-    if (it != c.free_blocks.end()) {
-      void* p = it->second;
-      c.free_blocks.erase(it);
-      c.stats.cached_bytes -= size;
-      c.stats.allocated_bytes += size;
-      c.stats.peak_allocated_bytes = std::max(c.stats.peak_allocated_bytes, c.stats.allocated_bytes);
-      ++c.stats.hits;
-      return handed_out(p, nbytes, size);
+    void* hit = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      auto it = c.free_blocks.find(size);
+      if (it != c.free_blocks.end()) {
+        hit = it->second;
+        c.free_blocks.erase(it);
+        c.stats.cached_bytes -= size;
+        c.stats.allocated_bytes += size;
+        c.stats.peak_allocated_bytes = std::max(c.stats.peak_allocated_bytes, c.stats.allocated_bytes);
+        ++c.stats.hits;
+      } else {
+        ++c.stats.misses;
+      }
     }
-    ++c.stats.misses;
+    if (hit) return handed_out(hit, nbytes, size);  // the poison fill runs outside the lock
   }
   void* p = system_alloc(size);
   {

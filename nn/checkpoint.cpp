@@ -214,6 +214,10 @@ void write_checkpoint(const std::string& path, const CheckpointState& state) {
   }
   HG_CHECK(count <= std::numeric_limits<uint32_t>::max(), "write_checkpoint: " << path << ": too many tensors");
   const std::string json_text = state.extra.is_null() ? std::string() : state.extra.dump();
+  // The reader refuses metadata beyond its limit: never write a checkpoint that cannot be read back.
+  HG_CHECK(json_text.size() <= kMaxMetadataBytes,
+           "write_checkpoint: " << path << ": the extra JSON is " << json_text.size() << " bytes; at most "
+                                << kMaxMetadataBytes << " can be read back (nn/checkpoint.h kMaxMetadataBytes)");
 
   const std::string tmp = path + ".tmp";
   try {

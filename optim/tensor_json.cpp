@@ -69,13 +69,18 @@ Tensor tensor_from_json(const json_checked::Field& j) {
   const json_checked::Field shape_field = j["shape"];
   const Shape shape = shape_field.as_int_list();
   constexpr int64_t kMaxNumel = int64_t{1} << 40;  // far beyond any state; keeps numel * 8 from overflowing
-  int64_t numel = 1;
   if (shape.size() > 8) shape_field.fail("has " + std::to_string(shape.size()) + " dimensions; expected at most 8");
+  // The product of the non-zero extents is bounded too, as in nn/checkpoint.cpp's reader: a 0 extent
+  // must not hide a product that overflows when the extents are multiplied in another order.
+  int64_t numel_nonzero = 1;
+  bool has_zero = false;
   for (int64_t e : shape) {
     if (e < 0) shape_field.fail("holds the negative extent " + std::to_string(e) + "; expected extents >= 0");
-    if (e != 0 && numel > kMaxNumel / e) shape_field.fail("is too large (more than 2^40 elements)");
-    numel *= e;
+    if (e == 0) { has_zero = true; continue; }
+    if (numel_nonzero > kMaxNumel / e) shape_field.fail("is too large (more than 2^40 elements)");
+    numel_nonzero *= e;
   }
+  const int64_t numel = has_zero ? 0 : numel_nonzero;
   const std::string text = j["base64"].as_string();
   const uint64_t want = static_cast<uint64_t>(numel) * dtype_size(d);
   HG_CHECK(text.size() / 4 * 3 >= want && text.size() / 4 * 3 <= want + 2,

@@ -49,7 +49,7 @@ for t in $targets; do
   if [ "$rc" -ne 0 ]; then
     status=1
     echo "   FAILED (exit $rc):"
-    grep -E 'ERROR: |SUMMARY: |runtime error|Test unit written|terminate called|what\(\)' "$log" | head -20 | sed 's/^/   /'
+    grep -E 'ERROR: |SUMMARY: |runtime error|Test unit written|terminate called|what\(\)' "$log" | head -20 | sed 's/^/   /' || true
   fi
 done
 exit $status

@@ -20,8 +20,11 @@ bash tools/install_deps.sh
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 start=$(date +%s)
+mkdir -p build-asan
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-  -DHALFGRAD_CUDA=OFF -DHALFGRAD_ASAN_UBSAN=ON "${launcher[@]}" | grep -E "halfgrad|Error|error" || true
+  -DHALFGRAD_CUDA=OFF -DHALFGRAD_ASAN_UBSAN=ON "${launcher[@]}" > build-asan/configure.log 2>&1 ||
+  { cat build-asan/configure.log; echo "sanitize.sh: configuring build-asan failed"; exit 1; }
+grep -E "halfgrad|Error|error" build-asan/configure.log || true
 targets=(halfgrad_tests)
 [ "${SANITIZE_SMOKE:-0}" = 1 ] && targets+=(halfgrad-unet3d)
 cmake --build build-asan -j"$(nproc)" --target "${targets[@]}"

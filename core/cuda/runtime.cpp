@@ -129,6 +129,7 @@ cudaStream_t stream() {
 void* allocate(size_t nbytes, const char* op) {
   need_device(op);
   const size_t size = rounded(nbytes);
+  (void)poison();  // reads HALFGRAD_CUDA_POISON once (a bad value throws) before any block is taken
   Cache& c = cache();
   void* p = nullptr;
   {

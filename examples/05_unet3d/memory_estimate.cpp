@@ -50,7 +50,7 @@ double forward_elements(const halfgrad::nn::UNet3dOptions& m, double voxels) {
 // Bytes per element of the counts above, by opt level: the dtype of the activations, the casts that
 // autocast saves beside them, and the gradient buffers alive during backward (which peaks early in
 // backward, with most activations still held and the widest gradients being made). Calibrated with
-// tests/examples/unet3d_memory_test.cpp's configurations (peak_allocated_bytes of core/allocator.h,
+// tests/examples/05_unet3d/memory_estimate_test.cpp's configurations (peak_allocated_bytes of core/allocator.h,
 // one training step after the optimizer state exists, then a validation forward):
 // measured on the 2-core CPU machine (bytes of tensors above what was live before; the ratio is the
 // estimate over the measured peak with the coefficients below):

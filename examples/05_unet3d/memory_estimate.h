@@ -16,7 +16,7 @@
 //
 // The calibration (memory_estimate.cpp) keeps the estimate an upper bound of the measured peak of
 // the tensor allocator (core/allocator.h on the CPU, cuda::allocator_stats on CUDA) within 1.5x;
-// tests/examples/unet3d_memory_test.cpp checks that on several shapes and levels.
+// tests/examples/05_unet3d/memory_estimate_test.cpp checks that on several shapes and levels.
 // The memory the run can have: on the CPU /proc/meminfo's MemAvailable (sysconf(_SC_AVPHYS_PAGES)
 // where that file is missing), capped by the cgroup v2 limit (memory.max - memory.current) when the
 // process runs under one; on CUDA cudaMemGetInfo's free bytes plus what halfgrad's cache holds free.

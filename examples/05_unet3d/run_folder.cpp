@@ -1,5 +1,8 @@
 #include "examples/05_unet3d/run_folder.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -116,22 +119,30 @@ std::vector<std::string> prepare_run_folder(const std::string& dir, bool overwri
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {
+  // As nn/checkpoint.cpp's writer: temp file, fsync, rename, fsync of the folder, so that after a kill
+  // or a power cut the file holds either its old text or the new one.
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    HG_CHECK(out.good(), "halfgrad-unet3d: cannot write " << tmp << " (" << std::strerror(errno)
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  HG_CHECK(f != nullptr, "halfgrad-unet3d: cannot write " << tmp << " (" << std::strerror(errno)
                                                           << "); expected a writable run folder");
-    out << text;
-    out.flush();
-    if (!out.good()) {
-      std::remove(tmp.c_str());
-      HG_FAIL("halfgrad-unet3d: writing " << tmp << " failed (disk full?)");
-    }
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                       ::fsync(::fileno(f)) == 0;
+  const int err = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed) {
+    std::remove(tmp.c_str());
+    HG_FAIL("halfgrad-unet3d: writing " << tmp << " failed (" << std::strerror(written ? errno : err) << ")");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
+    const int rename_err = errno;
     std::remove(tmp.c_str());
-    HG_FAIL("halfgrad-unet3d: renaming " << tmp << " to " << path << " failed (" << std::strerror(err) << ")");
+    HG_FAIL("halfgrad-unet3d: renaming " << tmp << " to " << path << " failed (" << std::strerror(rename_err) << ")");
+  }
+  const std::string folder = fs::path(path).has_parent_path() ? fs::path(path).parent_path().string() : ".";
+  const int dfd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {  // the rename is durable once the folder's entry is on disk
+    ::fsync(dfd);
+    ::close(dfd);
   }
 }
 

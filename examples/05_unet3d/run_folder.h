@@ -43,8 +43,9 @@ void check_run_folder(const std::string& dir, bool overwrite);
 /// write". Throws halfgrad::Error naming the file when one cannot be removed.
 std::vector<std::string> prepare_run_folder(const std::string& dir, bool overwrite);
 
-/// Writes `text` to `path` through "<path>.tmp" and a rename (atomic on POSIX): a reader sees the old
-/// file or the new one, never half of one. Throws halfgrad::Error naming the path on failure.
+/// Writes `text` to `path` through "<path>.tmp", fsync, a rename (atomic on POSIX) and an fsync of the
+/// folder: a reader, even after a kill or a power cut, sees the old file or the new one, never half of
+/// one. Throws halfgrad::Error naming the path on failure (the temp file is then removed).
 void write_file_atomic(const std::string& path, const std::string& text);
 
 /// "812 B", "3.4 KiB", "12.7 MiB", "8.4 GiB" (binary units, one decimal), for messages.

@@ -24,11 +24,11 @@
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "core/json_checked.h"
 #include "core/nvtx.h"
 #include "examples/05_unet3d/data.h"
 #include "examples/05_unet3d/memory_estimate.h"
 #include "examples/05_unet3d/metrics.h"
-#include "core/json_checked.h"
 #include "examples/05_unet3d/run_folder.h"
 #include "nn/checkpoint.h"
 #include "nn/unet3d.h"
@@ -170,14 +170,14 @@ int run_train(const TrainArgs& a) {
               << std::endl;
   }
 
-  // The run folder is touched only once the data has loaded and the memory is known to suffice, so a
-  // run that fails on bad input leaves the folder's files as they were.
+  // The run folder is touched only once the data has loaded and the memory is known to suffice, and
+  // an earlier run in it is removed only after the model, optimizer and instruments are set up (below),
+  // so a run that fails on bad input leaves the folder's files as they were.
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
   HG_CHECK(!ec && std::filesystem::is_directory(a.out),
            "halfgrad-unet3d train: --out " << a.out << ": cannot create the run folder (" << ec.message()
                                            << "); expected a writable directory path");
-  for (const std::string& note : prepare_run_folder(a.out, a.overwrite)) std::cout << "note: " << note << std::endl;
 
   optim::AdamWOptions adamw = optim::AdamWOptions().lr(r.lr).weight_decay(r.weight_decay);
   amp::GradScalerOptions scaler_options;
@@ -205,8 +205,13 @@ int run_train(const TrainArgs& a) {
   std::optional<amp::GradStatsCsvWriter> grad_stats;
   HG_CHECK(a.grad_stats_every >= 1, "halfgrad-unet3d train: --grad-stats-every must be >= 1, got " << a.grad_stats_every);
   if (!a.grad_stats.empty()) grad_stats.emplace(a.grad_stats);
+  // Last of the steps that can fail on the user's options: only now is an earlier run removed
+  // (--overwrite) and are stale temp files cleaned.
+  for (const std::string& note : prepare_run_folder(a.out, a.overwrite)) std::cout << "note: " << note << std::endl;
   // metrics.csv is rewritten (atomically) right after each checkpoint, with the rows up to the
-  // checkpoint's epoch, which the checkpoint's metadata holds too: the two never disagree.
+  // checkpoint's epoch, which the checkpoint's metadata holds too (less the time columns). A process
+  // killed between the two renames leaves metrics.csv one save behind the checkpoint; the
+  // checkpoint's copy is then the complete one.
   const std::string csv_path = a.out + "/metrics.csv";
   MetricsTable metrics(data.class_names);
   int64_t saved_epoch = 0;  // the epoch whose weights checkpoint.bin holds (0: none written by this run)

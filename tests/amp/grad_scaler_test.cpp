@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <iostream>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -216,7 +217,18 @@ TEST_CASE("amp: GradScaler state_dict round trip") {
   bad = sd;
   bad["_growth_tracker"] = -1;
   CHECK_THROWS_WITH_AS(restored.load_state_dict(bad), doctest::Contains("field '_growth_tracker' is -1"), Error);
+  // Values the constructor refuses are refused from a checkpoint too (scale 1e300 would overflow float32).
+  const std::vector<std::pair<const char*, nlohmann::json>> out_of_range = {
+      {"scale", 0.0}, {"scale", -4.0}, {"scale", 1e300}, {"growth_factor", 1.0}, {"backoff_factor", 1.0},
+      {"backoff_factor", 0.0}, {"growth_interval", 0}, {"max_scale", -1.0}, {"skip_warning_after", -3}};
+  for (const auto& [key, value] : out_of_range) {
+    CAPTURE(key);
+    bad = sd;
+    bad[key] = value;
+    CHECK_THROWS_WITH_AS(restored.load_state_dict(bad), doctest::Contains("GradScaler::load_state_dict: "), Error);
+  }
   CHECK(restored.get_scale() == before);
+  CHECK(restored.get_growth_interval() == 5);
 }
 
 TEST_CASE("amp: GradScaler disabled is a pass-through") {

@@ -219,6 +219,9 @@ TEST_CASE("optim: AdamW load_state_dict of wrong-type fields names the field, ne
   j["state"]["0"]["exp_avg"]["shape"] = {int64_t{1} << 30, int64_t{1} << 30};
   bad(j, {"field 'state.0.exp_avg.shape' is too large (more than 2^40 elements)"});
   j = sd;
+  j["state"]["0"]["exp_avg"]["shape"] = {int64_t{0}, int64_t{1} << 30, int64_t{1} << 30};  // a 0 hides nothing
+  bad(j, {"field 'state.0.exp_avg.shape' is too large (more than 2^40 elements)"});
+  j = sd;
   j["state"]["0"]["exp_avg"]["shape"] = {-3};
   bad(j, {"field 'state.0.exp_avg.shape' holds the negative extent -3"});
   j = sd;

@@ -31,6 +31,11 @@ run c OMP_NUM_THREADS=1 --
 run d OMP_NUM_THREADS=2 HALFGRAD_CPU_POISON=255 -- --detect-anomaly --grad-stats "$tmp/grad_stats.csv"
 failures=0
 no_times() { rev "$1" | cut -d, -f3- | rev; }
+for r in a b c d; do
+  for f in checkpoint.bin metrics.csv; do
+    [[ -s $tmp/$r/$f ]] || { echo "FAIL: run $r wrote no $f"; exit 1; }
+  done
+done
 for r in b c d; do
   if cmp -s "$tmp/a/checkpoint.bin" "$tmp/$r/checkpoint.bin"; then echo "ok: checkpoint.bin of $r = a"
   else echo "FAIL: checkpoint.bin of $r differs from a: $(cmp "$tmp/a/checkpoint.bin" "$tmp/$r/checkpoint.bin")"; failures=$((failures + 1)); fi
