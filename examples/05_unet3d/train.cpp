@@ -30,6 +30,7 @@
 #include "examples/05_unet3d/memory_estimate.h"
 #include "examples/05_unet3d/metrics.h"
 #include "examples/05_unet3d/run_folder.h"
+#include "examples/05_unet3d/trained_model.h"
 #include "nn/checkpoint.h"
 #include "nn/unet3d.h"
 #include "autograd/node.h"
@@ -54,28 +55,6 @@ static double lr_at(const Recipe& r, double e) {
   const double t = std::min(1.0, (e - r.warmup_epochs) / span);
   const double lo = r.lr / 20;
   return lo + 0.5 * (r.lr - lo) * (1 + std::cos(M_PI * t));
-}
-
-// Where the run computes: the device and the activations' memory format there.
-struct Placement {
-  Device device = Device::CPU;
-  MemoryFormat format = MemoryFormat::Contiguous;
-  // x (B, 1, D, H, W) and labels, moved to the device (a copy; on the CPU the tensors themselves).
-  Tensor input(const Tensor& x) const { return x.copy_to(device).format_copy(format); }
-  Tensor labels(const Tensor& y) const { return y.copy_to(device); }
-};
-
-static Placement make_placement(const std::string& device, const std::string& format, const char* cmd) {
-  Placement p;
-  if (device == "cuda") {
-    HG_CHECK(cuda::is_available(), "halfgrad-unet3d " << cmd << ": --device cuda, but " << cuda::device_description()
-                                                      << "; run with --device cpu");
-    p.device = Device::CUDA;
-    p.format = format == "ncdhw" ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast3d;  // "" = ndhwc
-  } else {
-    HG_CHECK(device == "cpu", "halfgrad-unet3d " << cmd << ": --device must be cpu or cuda, got '" << device << "'");
-  }
-  return p;
 }
 
 // Per-class Dice averaged over volumes, predicting whole volumes one at a time.
@@ -104,21 +83,6 @@ static amp::OptLevel resolve_opt_level(const TrainArgs& a) {
   HG_CHECK(!a.amp || level == amp::OptLevel::O1, "halfgrad-unet3d train: --amp means --opt-level O1, but --opt-level "
                                                      << a.opt_level << " was given too; pass one of them");
   return level;
-}
-
-// The FP32 allow-lists: op kinds (this thread's autocast table) and module-name prefixes. They act
-// under autocast only, so any other level refuses them rather than silently ignoring them. Without a
-// model only the level and the op names are checked (before the data is loaded); with one, the
-// module prefixes are applied too.
-static void apply_fp32_lists(amp::OptLevel level, const std::vector<std::string>& ops_fp32,
-                             const std::vector<std::string>& modules_fp32, nn::Module* model) {
-  if (ops_fp32.empty() && modules_fp32.empty()) return;
-  HG_CHECK(level == amp::OptLevel::O1,
-           "halfgrad-unet3d: --fp32-op and --fp32-module choose what autocast keeps in FP32, so they need "
-           "--opt-level O1 (or --amp); at " << amp::opt_level_name(level) << " every op runs in its weights' dtype");
-  for (const std::string& name : ops_fp32) amp::set_op_fp32(amp::op_kind_from_name(name), true);
-  if (model)
-    for (const std::string& prefix : modules_fp32) amp::mark_fp32_modules(*model, prefix);
 }
 
 static std::string fmt(double v, int prec = 4) {
@@ -364,31 +328,12 @@ int run_train(const TrainArgs& a) {
 }
 
 int run_eval(const EvalArgs& a) {
-  nlohmann::json meta = nn::read_checkpoint_metadata(a.checkpoint);
-  for (const char* key : {"recipe", "model", "volume_shape"})
-    HG_CHECK(meta.is_object() && meta.contains(key),
-             "halfgrad-unet3d eval: " << a.checkpoint << " has no \"" << key
-                                      << "\" in its metadata; expected a checkpoint written by halfgrad-unet3d train");
-  // The metadata is untrusted: every field is type-checked, and an error names the file and field.
-  const json_checked::Field m(meta, "halfgrad-unet3d eval: " + a.checkpoint);
-  Recipe r = recipe_by_name(m["recipe"].as_string());
-  r.model = nn::UNet3dOptions::from_json(m["model"]);
-  const json_checked::Field shape = m["volume_shape"];
-  shape.require_array("an array [D, H, W]");
-  if (shape.size() != 3) shape.fail("has " + std::to_string(shape.size()) + " elements; expected [D, H, W]");
-  for (size_t d = 0; d < 3; ++d) r.volume_shape[d] = shape[d].as_int(1, 4096);
   const Placement where = make_placement(a.device, "ndhwc", "eval");
-  auto model = std::make_shared<nn::UNet3d>(r.model);
-  // The level decides the parameters' dtypes, which the checkpoint must match (older checkpoints
-  // have only "amp": O1 or O0).
-  const amp::OptLevel level = m.has("opt_level") ? amp::opt_level_from_name(m["opt_level"].as_string())
-                              : (m.has("amp") && m["amp"].as_bool()) ? amp::OptLevel::O1
-                                                                     : amp::OptLevel::O0;
-  const amp::OptLevelSetup mp = amp::apply_opt_level_to_model(level, *model);
-  nn::load_checkpoint(a.checkpoint, *model);
-  model->to(where.device);
-  apply_fp32_lists(level, m.has("fp32_ops") ? m["fp32_ops"].as_string_list() : std::vector<std::string>{},
-                   m.has("fp32_modules") ? m["fp32_modules"].as_string_list() : std::vector<std::string>{}, model.get());
+  TrainedModel tm = load_trained_model(a.checkpoint, where, "eval");
+  const Recipe& r = tm.recipe;
+  nn::UNet3d* model = tm.model.get();
+  const amp::OptLevel level = tm.level;
+  const amp::OptLevelSetup& mp = tm.mp;
   SegData data = a.data.empty() ? load_default_data(r) : load_msd_data(a.data, r, true);
   HG_CHECK(data.num_classes == r.model.num_classes(),
            "halfgrad-unet3d eval: " << data.source << " has " << data.num_classes << " classes but checkpoint "

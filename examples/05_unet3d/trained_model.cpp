@@ -1,0 +1,71 @@
+// trained_model.cpp - see trained_model.h.
+#include "examples/05_unet3d/trained_model.h"
+
+#include "amp/autocast.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "core/json_checked.h"
+#include "nn/checkpoint.h"
+
+namespace unet3d_app {
+
+using namespace halfgrad;
+
+Placement make_placement(const std::string& device, const std::string& format, const char* cmd) {
+  Placement p;
+  if (device == "cuda") {
+    HG_CHECK(cuda::is_available(), "halfgrad-unet3d " << cmd << ": --device cuda, but " << cuda::device_description()
+                                                      << "; run with --device cpu");
+    p.device = Device::CUDA;
+    p.format = format == "ncdhw" ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast3d;  // "" = ndhwc
+  } else {
+    HG_CHECK(device == "cpu", "halfgrad-unet3d " << cmd << ": --device must be cpu or cuda, got '" << device << "'");
+  }
+  return p;
+}
+
+void apply_fp32_lists(amp::OptLevel level, const std::vector<std::string>& ops_fp32,
+                      const std::vector<std::string>& modules_fp32, nn::Module* model) {
+  if (ops_fp32.empty() && modules_fp32.empty()) return;
+  HG_CHECK(level == amp::OptLevel::O1,
+           "halfgrad-unet3d: --fp32-op and --fp32-module choose what autocast keeps in FP32, so they need "
+           "--opt-level O1 (or --amp); at " << amp::opt_level_name(level) << " every op runs in its weights' dtype");
+  for (const std::string& name : ops_fp32) amp::set_op_fp32(amp::op_kind_from_name(name), true);
+  if (model)
+    for (const std::string& prefix : modules_fp32) amp::mark_fp32_modules(*model, prefix);
+}
+
+
+TrainedModel load_trained_model(const std::string& path, const Placement& where, const char* cmd) {
+  nlohmann::json meta = nn::read_checkpoint_metadata(path);
+  for (const char* key : {"recipe", "model", "volume_shape"})
+    HG_CHECK(meta.is_object() && meta.contains(key),
+             "halfgrad-unet3d " << cmd << ": " << path << " has no \"" << key
+                                << "\" in its metadata; expected a checkpoint written by halfgrad-unet3d train");
+  // The metadata is untrusted: every field is type-checked, and an error names the file and field.
+  const json_checked::Field m(meta, std::string("halfgrad-unet3d ") + cmd + ": " + path);
+  TrainedModel t;
+  t.recipe = recipe_by_name(m["recipe"].as_string());
+  t.recipe.model = nn::UNet3dOptions::from_json(m["model"]);
+  const json_checked::Field shape = m["volume_shape"];
+  shape.require_array("an array [D, H, W]");
+  if (shape.size() != 3) shape.fail("has " + std::to_string(shape.size()) + " elements; expected [D, H, W]");
+  for (size_t d = 0; d < 3; ++d) t.recipe.volume_shape[d] = shape[d].as_int(1, 4096);
+  if (m.has("class_names")) t.class_names = m["class_names"].as_string_list();
+  t.model = std::make_shared<nn::UNet3d>(t.recipe.model);
+  // The level decides the parameters' dtypes, which the checkpoint must match (older checkpoints
+  // have only "amp": O1 or O0).
+  t.level = m.has("opt_level") ? amp::opt_level_from_name(m["opt_level"].as_string())
+            : (m.has("amp") && m["amp"].as_bool()) ? amp::OptLevel::O1
+                                                   : amp::OptLevel::O0;
+  t.mp = amp::apply_opt_level_to_model(t.level, *t.model);
+  nn::load_checkpoint(path, *t.model);
+  t.model->to(where.device);
+  apply_fp32_lists(t.level, m.has("fp32_ops") ? m["fp32_ops"].as_string_list() : std::vector<std::string>{},
+                   m.has("fp32_modules") ? m["fp32_modules"].as_string_list() : std::vector<std::string>{},
+                   t.model.get());
+  t.model->eval();
+  return t;
+}
+
+}  // namespace unet3d_app

@@ -1,0 +1,51 @@
+// trained_model.h - where a run computes (Placement), and a trained U-Net loaded back from a
+// checkpoint for inference: what `eval` and `predict` share.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "amp/opt_level.h"
+#include "core/tensor.h"
+#include "examples/05_unet3d/recipe.h"
+#include "nn/unet3d.h"
+
+namespace unet3d_app {
+
+/// Where the run computes: the device and the activations' memory format there.
+struct Placement {
+  halfgrad::Device device = halfgrad::Device::CPU;
+  halfgrad::MemoryFormat format = halfgrad::MemoryFormat::Contiguous;
+  /// x (B, C, D, H, W) moved to the device in `format` (a copy; on the CPU the tensor itself).
+  halfgrad::Tensor input(const halfgrad::Tensor& x) const { return x.copy_to(device).format_copy(format); }
+  /// labels (B, D, H, W) int64 moved to the device.
+  halfgrad::Tensor labels(const halfgrad::Tensor& y) const { return y.copy_to(device); }
+};
+
+/// `device` "cpu" or "cuda"; `format` "ndhwc" (or "", the default: NDHWC on CUDA) or "ncdhw". The CPU
+/// runs NCDHW whatever `format` says. Throws halfgrad::Error naming `cmd` ("train", "eval", ...) for
+/// another device name, or for cuda on a machine without a usable GPU.
+Placement make_placement(const std::string& device, const std::string& format, const char* cmd);
+
+/// The FP32 allow-lists of --fp32-op (op kinds, set in this thread's autocast table) and --fp32-module
+/// (module-name prefixes). They act under autocast only, so a level other than O1 refuses them (a
+/// halfgrad::Error) rather than silently ignoring them. With `model` null only the level and the op
+/// names are checked (train calls it so before the data loads); with a model the prefixes are marked.
+void apply_fp32_lists(halfgrad::amp::OptLevel level, const std::vector<std::string>& ops_fp32,
+                      const std::vector<std::string>& modules_fp32, halfgrad::nn::Module* model);
+
+/// A trained U-Net, ready for inference.
+struct TrainedModel {
+  Recipe recipe;                          // the recipe it was trained with: model options, volume_shape
+  halfgrad::amp::OptLevel level = halfgrad::amp::OptLevel::O0;
+  halfgrad::amp::OptLevelSetup mp;        // the autocast setting and input cast of `level`
+  std::shared_ptr<halfgrad::nn::UNet3d> model;  // on the placement's device, in eval() mode
+  std::vector<std::string> class_names;   // class_names[0] is background; empty when the file has none
+};
+
+/// Loads the checkpoint at `path` (written by `halfgrad-unet3d train`), rebuilds its U-Net with the
+/// options and precision it was trained with and moves it to `where`. Throws halfgrad::Error naming
+/// `cmd` and the file when it cannot be read or lacks what is needed (json_checked names the field).
+TrainedModel load_trained_model(const std::string& path, const Placement& where, const char* cmd);
+
+}  // namespace unet3d_app
