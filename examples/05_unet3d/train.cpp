@@ -29,6 +29,7 @@
 #include "examples/05_unet3d/data.h"
 #include "examples/05_unet3d/memory_estimate.h"
 #include "examples/05_unet3d/metrics.h"
+#include "examples/05_unet3d/progress.h"
 #include "examples/05_unet3d/run_folder.h"
 #include "examples/05_unet3d/trained_model.h"
 #include "nn/checkpoint.h"
@@ -191,6 +192,7 @@ int run_train(const TrainArgs& a) {
     const auto te = Clock::now();
     double loss_sum = 0;
     int64_t skipped = 0, counted = 0, nonfinite = 0;
+    ProgressBar bar("  epoch " + std::to_string(epoch), steps_per_epoch, a.progress);
     for (int64_t step = 0; step < steps_per_epoch; ++step) {
       const double lr = lr_at(r, (epoch - 1) + static_cast<double>(step) / steps_per_epoch);
       for (auto& g : opt.param_groups()) g.options().set_lr(lr);
@@ -245,15 +247,9 @@ int run_train(const TrainArgs& a) {
       if (!stepped) ++skipped;
       if (std::isfinite(l)) { loss_sum += l; ++counted; }
       else ++nonfinite;
-      if (a.progress) {
-        const double el = seconds_since(te);
-        std::fprintf(stderr, "\r  epoch %lld [%-30s] %lld/%lld loss %.4f  %.2f s/step ", static_cast<long long>(epoch),
-                     std::string(static_cast<size_t>(30 * (step + 1) / steps_per_epoch), '#').c_str(),
-                     static_cast<long long>(step + 1), static_cast<long long>(steps_per_epoch), l, el / (step + 1));
-        std::fflush(stderr);
-      }
+      bar.update(step + 1, "loss " + fmt(l));
     }
-    if (a.progress) std::fprintf(stderr, "\r%100s\r", "");
+    bar.finish();
     const double train_loss = counted ? loss_sum / counted : NAN;
     const bool do_val = epoch % r.val_every == 0 || epoch == r.epochs;
     std::vector<double> dice;
