@@ -85,8 +85,20 @@ SegData load_default_data(const Recipe& r) {
   return data;
 }
 
-void make_training_batch(const SegData& data, const Recipe& r, Generator& gen, Tensor& x, Tensor& y) {
+uint64_t batch_seed(uint64_t run_seed, int64_t step) {
+  // SplitMix64's finaliser over a Weyl sequence: seed and step enter through different odd constants,
+  // so (seed, step) and (seed + 1, step - 1) do not collide.
+  uint64_t z = run_seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void make_training_batch(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step, Tensor& x,
+                         Tensor& y) {
   HG_CHECK(!data.train.empty(), "halfgrad-unet3d: no training volumes");
+  HG_CHECK(step >= 0, "halfgrad-unet3d: make_training_batch: step " << step << " is negative");
+  Generator gen(batch_seed(run_seed, step));
   std::vector<io::Sample> samples;
   const bool patches = r.patch[0] > 0;
   for (int64_t b = 0; b < r.batch; ++b) {

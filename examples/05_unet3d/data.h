@@ -36,9 +36,16 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
 /// The embedded default (mricron-data).
 SegData load_default_data(const Recipe& r);
 
-/// A training batch: x (B, 1, d, h, w) float32, y (B, d, h, w) int64; patches (or whole volumes),
-/// random flips along each axis applied to image and label together. Seeded by `gen`.
-void make_training_batch(const SegData& data, const Recipe& r, halfgrad::Generator& gen, halfgrad::Tensor& x,
+/// The seed of training step `step`'s batch: SplitMix64 (Steele, Lea & Flood 2014) of the run's seed
+/// and the step's index, so that every batch is a function of (seed, step) alone: workers can build
+/// batches in any order (loader.h) and a resumed run draws the same batches as one that never stopped.
+uint64_t batch_seed(uint64_t run_seed, int64_t step);
+
+/// Training step `step`'s batch (step counts from 0 over the whole run): x (B, 1, d, h, w) float32,
+/// y (B, d, h, w) int64; volumes drawn with replacement, patches (or whole volumes), random flips
+/// along each of the recipe's flip axes applied to image and label together, all from
+/// Generator(batch_seed(run_seed, step)). Throws halfgrad::Error when `data` has no training volumes.
+void make_training_batch(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step, halfgrad::Tensor& x,
                          halfgrad::Tensor& y);
 
 }  // namespace unet3d_app

@@ -107,8 +107,7 @@ int run_train(const TrainArgs& a) {
   apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, nullptr);  // bad names fail before the data loads
   const Placement where = make_placement(a.device, a.memory_format, "train");
 
-  manual_seed(a.seed);
-  Generator gen(a.seed);
+  manual_seed(a.seed);  // the model's initial weights; batches come from batch_seed(seed, step)
   const auto t_load = Clock::now();
   SegData data = a.data.empty() ? load_default_data(r) : load_msd_data(a.data, r, false);
   r.model.num_classes(data.num_classes);
@@ -197,7 +196,7 @@ int run_train(const TrainArgs& a) {
       const double lr = lr_at(r, (epoch - 1) + static_cast<double>(step) / steps_per_epoch);
       for (auto& g : opt.param_groups()) g.options().set_lr(lr);
       Tensor x, y;
-      make_training_batch(data, r, gen, x, y);
+      make_training_batch(data, r, a.seed, global_step, x, y);
       x = where.input(x);
       y = where.labels(y);
       ++global_step;
