@@ -28,20 +28,16 @@ struct ThreadState {
 thread_local ThreadState t_state;
 }  // namespace
 
-CastPolicy default_policy(OpKind kind) {
-  switch (kind) {
-    case OpKind::Conv3d: case OpKind::ConvTranspose3d: case OpKind::Matmul: case OpKind::Linear:
-      return CastPolicy::Lower;
-    case OpKind::Exp: case OpKind::Log: case OpKind::Pow: case OpKind::Softmax: case OpKind::LogSoftmax:
-    case OpKind::Sum: case OpKind::Mean:
-    case OpKind::GroupNorm: case OpKind::CrossEntropy: case OpKind::NllLoss: case OpKind::DiceLoss:
-    case OpKind::Upsample:
-      return CastPolicy::Fp32;
-    case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Cat:
-      return CastPolicy::Promote;
-    default:
-      return CastPolicy::None;
-  }
+static_assert([] {
+  for (size_t k = 0; k < static_cast<size_t>(OpKind::kCount); ++k)
+    if (static_cast<size_t>(kOpTable[k].kind) != k) return false;
+  return true;
+}(), "kOpTable's rows are in OpKind order");
+
+const OpRecord* find_op_record(const std::string& name) {
+  for (const OpRecord& r : kOpTable)
+    if (name == r.name) return &r;
+  return nullptr;
 }
 
 CastPolicy policy(OpKind kind) {
@@ -49,21 +45,10 @@ CastPolicy policy(OpKind kind) {
   return default_policy(kind);
 }
 
-const char* op_kind_name(OpKind kind) {
-  static const char* names[] = {"conv3d", "conv_transpose3d", "matmul", "linear", "exp", "log", "pow",
-                                "softmax", "log_softmax", "sum", "mean", "batch_norm", "instance_norm",
-                                "group_norm", "cross_entropy", "nll_loss", "dice_loss", "upsample", "add",
-                                "sub", "mul", "div", "cat", "relu", "leaky_relu", "max_pool3d", "reshape",
-                                "other"};
-  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(OpKind::kCount), "one name per OpKind");
-  return names[static_cast<size_t>(kind)];
-}
-
 OpKind op_kind_from_name(const std::string& name) {
-  for (size_t k = 0; k < static_cast<size_t>(OpKind::kCount); ++k)
-    if (name == op_kind_name(static_cast<OpKind>(k))) return static_cast<OpKind>(k);
+  if (const OpRecord* r = find_op_record(name)) return r->kind;
   std::ostringstream known;
-  for (size_t k = 0; k < static_cast<size_t>(OpKind::kCount); ++k) known << (k ? ", " : "") << op_kind_name(static_cast<OpKind>(k));
+  for (const OpRecord& r : kOpTable) known << (&r == kOpTable ? "" : ", ") << r.name;
   HG_FAIL("unknown op kind '" << name << "'; the op kinds of the autocast table are: " << known.str());
   return OpKind::Other;  // unreachable
 }

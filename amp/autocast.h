@@ -1,4 +1,5 @@
-// autocast.h - the one precision policy table, and the per-thread autocast state.
+// autocast.h - the one precision policy table (HALFGRAD_OP_TABLE below), and the per-thread autocast
+// state.
 //
 // Inside an AutocastGuard every op asks `autocast_dtype(kind, input dtypes)` which dtype to run in:
 //   Lower    conv3d, conv_transpose3d, matmul, linear: FP16 operands, FP32 accumulation (Tensor Core
@@ -52,27 +53,90 @@
 
 namespace halfgrad::amp {
 
+enum class CastPolicy : uint8_t { Lower, Fp32, Promote, None };
+
+/// Which of an op's inputs autocast casts to the policy's dtype.
+enum class CastInputs : uint8_t {
+  Floating,  // every floating input (operands, weights, bias), as PyTorch's autocast wrappers do
+  First,     // the first input only (losses: the logits; the integer target is never cast)
+  None,      // none: the op runs in its inputs' type (norms keep their FP32 statistics inside)
+};
+
+// THE precision table: one row per op kind, read by the OpKind enum, op_kind_name, the policy
+// lookups below, the precision report (amp/precision_report.h) and anomaly mode's messages
+// (autograd/anomaly.cpp). Adding an op kind is adding one row here; an op then asks
+// autocast_dtype(OpKind::<Kind>, {its input dtypes}).
+//   row: ROW(Kind, "name", policy, inputs cast, why)
+// The lists follow PyTorch's CUDA autocast (aten/src/ATen/autocast_mode.cpp: lower_precision_fp,
+// fp32, promote). Norms are on no list, as in PyTorch: they run in their input's dtype and keep
+// their statistics, affine weights and running buffers in FP32 inside the op (ops/norm/norm.h).
+#define HALFGRAD_OP_TABLE(ROW)                                                                              \
+  ROW(Conv3d, "conv3d", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                 \
+  ROW(ConvTranspose3d, "conv_transpose3d", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation") \
+  ROW(Matmul, "matmul", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                 \
+  ROW(Linear, "linear", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                 \
+  ROW(Exp, "exp", Fp32, Floating, "exp overflows FP16 above x = 11.1")                                       \
+  ROW(Log, "log", Fp32, Floating, "log of FP16's small values loses most of their bits")                    \
+  ROW(Pow, "pow", Fp32, Floating, "powers overflow or underflow FP16")                                       \
+  ROW(Softmax, "softmax", Fp32, Floating, "a sum of exponentials")                                           \
+  ROW(LogSoftmax, "log_softmax", Fp32, Floating, "a sum of exponentials and a log")                          \
+  ROW(Sum, "sum", Fp32, Floating, "a reduction: FP16 sums of many terms lose the small ones")                \
+  ROW(Mean, "mean", Fp32, Floating, "a reduction: FP16 sums of many terms lose the small ones")              \
+  ROW(BatchNorm, "batch_norm", None, None, "input dtype out; FP32 statistics and buffers inside")           \
+  ROW(InstanceNorm, "instance_norm", None, None, "input dtype out; FP32 statistics inside")                 \
+  ROW(GroupNorm, "group_norm", Fp32, Floating, "PyTorch's fp32 list")                                       \
+  ROW(CrossEntropy, "cross_entropy", Fp32, First, "a loss: log-softmax and a mean over every voxel")        \
+  ROW(NllLoss, "nll_loss", Fp32, First, "a loss: a mean over every voxel")                                   \
+  ROW(DiceLoss, "dice_loss", Fp32, First, "a loss: softmax and sums over every voxel")                      \
+  ROW(Upsample, "upsample", Fp32, Floating, "PyTorch's fp32 list (upsample_trilinear3d)")                   \
+  ROW(Add, "add", Promote, Floating, "binary: the widest input type")                                        \
+  ROW(Sub, "sub", Promote, Floating, "binary: the widest input type")                                        \
+  ROW(Mul, "mul", Promote, Floating, "binary: the widest input type")                                        \
+  ROW(Div, "div", Promote, Floating, "binary: the widest input type")                                        \
+  ROW(Cat, "cat", Promote, Floating, "joins tensors: the widest input type")                                 \
+  ROW(Relu, "relu", None, None, "exact in any dtype")                                                        \
+  ROW(LeakyRelu, "leaky_relu", None, None, "a multiply by a constant: no list")                              \
+  ROW(MaxPool3d, "max_pool3d", None, None, "exact in any dtype")                                             \
+  ROW(Reshape, "reshape", None, None, "moves no values")                                                     \
+  ROW(Other, "other", None, None, "ops outside the table run in their inputs' type")
+
 enum class OpKind : uint8_t {
-  // Lower-precision (FP16) list
-  Conv3d, ConvTranspose3d, Matmul, Linear,
-  // FP32 list
-  Exp, Log, Pow, Softmax, LogSoftmax, Sum, Mean, BatchNorm, InstanceNorm, GroupNorm, CrossEntropy, NllLoss,
-  DiceLoss, Upsample,
-  // Promote list
-  Add, Sub, Mul, Div, Cat,
-  // Outside the table: run in the inputs' type
-  Relu, LeakyRelu, MaxPool3d, Reshape, Other,
+#define HALFGRAD_OP_KIND(kind, name, policy, inputs, why) kind,
+  HALFGRAD_OP_TABLE(HALFGRAD_OP_KIND)
+#undef HALFGRAD_OP_KIND
   kCount
 };
 
-enum class CastPolicy : uint8_t { Lower, Fp32, Promote, None };
+/// One row of the table.
+struct OpRecord {
+  OpKind kind;
+  const char* enum_name;  // "Conv3d": the enumerator's spelling, for messages that show code
+  const char* name;     // on the command line (--fp32-op NAME) and in logs
+  CastPolicy policy;    // the list it is on by default
+  CastInputs inputs;    // which inputs the policy casts
+  const char* why;      // the reason, for the precision report
+};
+
+inline constexpr OpRecord kOpTable[] = {
+#define HALFGRAD_OP_RECORD(kind, name, policy, inputs, why) \
+  {OpKind::kind, #kind, name, CastPolicy::policy, CastInputs::inputs, why},
+    HALFGRAD_OP_TABLE(HALFGRAD_OP_RECORD)
+#undef HALFGRAD_OP_RECORD
+};
+static_assert(sizeof(kOpTable) / sizeof(kOpTable[0]) == static_cast<size_t>(OpKind::kCount), "one row per OpKind");
+
+/// The table's row of `kind`.
+constexpr const OpRecord& op_record(OpKind kind) { return kOpTable[static_cast<size_t>(kind)]; }
+/// The row named `name` ("conv3d"), or nullptr: for messages that start from an op's name (anomaly
+/// mode names the tape node); policies are always looked up by OpKind.
+const OpRecord* find_op_record(const std::string& name);
 
 /// The table: which list an op kind is on (ignoring per-thread overrides).
-CastPolicy default_policy(OpKind kind);
+constexpr CastPolicy default_policy(OpKind kind) { return op_record(kind).policy; }
 /// The list an op kind is on now, after set_op_fp32 overrides on this thread.
 CastPolicy policy(OpKind kind);
 /// The op kind's name on the command line and in logs ("conv3d", "batch_norm", ...).
-const char* op_kind_name(OpKind kind);
+constexpr const char* op_kind_name(OpKind kind) { return op_record(kind).name; }
 /// The inverse of op_kind_name. Throws halfgrad::Error for an unknown name, listing every known one.
 OpKind op_kind_from_name(const std::string& name);
 /// "fp16", "fp32", "promote" or "input".
@@ -80,7 +144,9 @@ const char* cast_policy_name(CastPolicy p);
 
 /// Is autocast active on this thread (inside an enabled guard, and not inside an FP32 region)?
 bool autocast_enabled();
-/// The lower-precision dtype autocast uses (Float16).
+/// The lower-precision dtype autocast uses: Float16, or Float32 in a HALFGRAD_FORCE_FP32 build (the
+/// one switch that runs every op in FP32, for bisecting a numerical problem; apply_opt_level's O2/O3
+/// keep FP32 weights then too, amp/opt_level.h).
 Dtype autocast_lower_dtype();
 
 /// The dtype an op of `kind` with floating inputs of `input_dtypes` runs in on this thread.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "amp/autocast.h"
 #include "core/error.h"
 #include "nn/batch_norm.h"
 #include "nn/instance_norm.h"
@@ -50,8 +51,10 @@ OptLevelSetup apply_opt_level_to_model(OptLevel level, nn::Module& model) {
       break;
     case OptLevel::O2:
     case OptLevel::O3:
-      model.to(kFloat16);
-      setup.input_dtype = kFloat16;
+      // autocast_lower_dtype(): FP16, or FP32 in a HALFGRAD_FORCE_FP32 build, which must reach the
+      // weights of O2/O3 too, not only autocast's ops.
+      model.to(autocast_lower_dtype());
+      setup.input_dtype = autocast_lower_dtype();
       if (level == OptLevel::O2) {
         // apex's keep_batchnorm_fp32: a norm's statistics and affine parameters stay FP32 (its op
         // accumulates in FP64 and takes the FP16 activations as they are).

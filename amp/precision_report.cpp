@@ -79,16 +79,15 @@ std::string OpPrecisionRow::why() const {
   if (!kind) return "asks no autocast list (not in the table): runs in its inputs' dtype";
   switch (*list) {
     case CastPolicy::Lower:
-      if (dtype == kFloat16)
-        return "FP16 list: a Tensor Core op (FP16 operands, FP32 accumulation), half the bytes of FP32";
+      if (dtype == kFloat16) return std::string("FP16 list: ") + op_record(*kind).why + "; half the bytes of FP32";
       return std::string("FP16 list, but ran in ") + dtype_name(dtype) +
              ": float64 inputs, or a HALFGRAD_FORCE_FP32 build (autocast_lower_dtype is float32)";
     case CastPolicy::Fp32:
       if (default_policy(*kind) != CastPolicy::Fp32) return "moved to the FP32 list on this thread (amp::set_op_fp32)";
-      return "FP32 list: its result overflows FP16 (exp, pow) or it sums many terms (reductions, norms, losses)";
+      return std::string("FP32 list: ") + op_record(*kind).why;
     case CastPolicy::Promote:
       return std::string("promote: runs in its widest floating input dtype (") + dtype_name(dtype) + ")";
-    case CastPolicy::None: return "in the table on no list: runs in its inputs' dtype";
+    case CastPolicy::None: return std::string("on no list, runs in its inputs' dtype: ") + op_record(*kind).why;
   }
   return "";
 }

@@ -2,6 +2,8 @@
 #include "core/cuda/tensor_kernels.h"
 #include "autograd/anomaly.h"
 
+#include "amp/autocast.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -180,9 +182,17 @@ void check_forward_anomaly(const char* op, const Tensor& output, const std::vect
      << describe_values(output) << "; " << describe_inputs(op, inputs) << ". ";
   if (bad_inputs.empty()) {
     os << "Every input is finite, so " << op << " made the first non-finite value";
-    if (output.dtype() == kFloat16)
-      os << " (float16 overflows to inf above 65504: keep this op in FP32 with amp::set_op_fp32, or scale its "
-            "inputs down)";
+    if (output.dtype() == kFloat16) {
+      os << " (float16 overflows to inf above 65504: ";
+      if (const amp::OpRecord* r = amp::find_op_record(op))  // the precision table's row (amp/autocast.h)
+        os << r->name << " is on autocast's " << amp::cast_policy_name(r->policy) << " list (" << r->why
+           << "); keep it in FP32 with amp::set_op_fp32(amp::OpKind::" << r->enum_name << ", true) / --fp32-op "
+           << r->name;
+      else
+        os << op << " is not in autocast's table, so it ran in its inputs' dtype; move the op that made its FP16 "
+              "input to FP32 (amp::set_op_fp32 / --fp32-op)";
+      os << ", or scale its inputs down)";
+    }
     else
       os << " (a division by zero, a log of 0, or an overflow of " << dtype_name(output.dtype()) << ")";
   } else {

@@ -1,4 +1,6 @@
-// norm.h - batch and instance normalisation (autocast FP32 list: inputs are cast to FP32, outputs FP32).
+// norm.h - batch and instance normalisation. Under autocast both are on no list (amp/autocast.h's
+// table, as in PyTorch): they run in their input's dtype, FP16 in gives FP16 out, while the statistics
+// are summed in FP32 and the affine weights and running statistics stay FP32 inside the op.
 //
 // batch_norm, x (N, C, *spatial); statistics over (N, spatial) per channel c:
 //   training:  mu = mean(x), var = mean((x - mu)^2) (biased), xhat = (x - mu) / sqrt(var + eps),

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <set>
+#include <string>
 #include <thread>
 
 #include "amp/autocast.h"
@@ -23,6 +25,26 @@ TEST_CASE("amp: the policy table puts each op on PyTorch's list") {
   CHECK(amp::default_policy(OpKind::Sum) == amp::CastPolicy::Fp32);
   CHECK(amp::default_policy(OpKind::Add) == amp::CastPolicy::Promote);
   CHECK(amp::default_policy(OpKind::Relu) == amp::CastPolicy::None);
+}
+
+TEST_CASE("amp: one precision table: every OpKind has one row, in order, with a unique name") {
+  static_assert(amp::kOpTable[static_cast<size_t>(OpKind::Conv3d)].kind == OpKind::Conv3d, "rows in enum order");
+  std::set<std::string> names;
+  for (size_t k = 0; k < static_cast<size_t>(OpKind::kCount); ++k) {
+    const amp::OpRecord& r = amp::kOpTable[k];
+    CAPTURE(r.name);
+    CHECK(static_cast<size_t>(r.kind) == k);
+    CHECK(names.insert(r.name).second);
+    CHECK(std::string(amp::op_kind_name(r.kind)) == r.name);
+    CHECK(amp::op_kind_from_name(r.name) == r.kind);
+    CHECK(amp::find_op_record(r.name) == &r);
+    CHECK(std::string(r.why).size() > 0);
+    // An op on no list casts nothing; a loss casts its logits only.
+    if (r.policy == amp::CastPolicy::None) CHECK(r.inputs == amp::CastInputs::None);
+  }
+  CHECK(amp::find_op_record("no_such_op") == nullptr);
+  CHECK(std::string(amp::op_record(OpKind::CrossEntropy).enum_name) == "CrossEntropy");
+  CHECK(amp::op_record(OpKind::CrossEntropy).inputs == amp::CastInputs::First);
 }
 
 TEST_CASE("amp: autocast_dtype inside and outside a guard, nesting restores") {

@@ -116,32 +116,34 @@ TEST_CASE("amp: apply_opt_level sets weight dtypes, optimizer masters and scaler
   }
   SUBCASE("O2: FP16 convs, FP32 BatchNorm (weights and running stats), masters") {
     nn::UNet3d m(tiny());
+    const Dtype low = amp::autocast_lower_dtype();  // FP16; FP32 in a HALFGRAD_FORCE_FP32 build
     optim::AdamWOptions o;
     amp::GradScalerOptions s;
     const auto mp = amp::apply_opt_level(OptLevel::O2, m, o, s);
     CHECK_FALSE(mp.autocast);
-    CHECK(mp.input_dtype == kFloat16);
+    CHECK(mp.input_dtype == low);
     CHECK(o.master_weights());
     CHECK(s.fp16_grads_to_fp32());
-    CHECK(dtype_of(m, "enc.0.0.weight") == kFloat16);
-    CHECK(dtype_of(m, "up.0.bias") == kFloat16);
+    CHECK(dtype_of(m, "enc.0.0.weight") == low);
+    CHECK(dtype_of(m, "up.0.bias") == low);
     CHECK(dtype_of(m, "enc.0.1.weight") == kFloat32);
     CHECK(dtype_of(m, "dec.1.4.bias") == kFloat32);
     CHECK(dtype_of(m, "enc.0.1.running_var") == kFloat32);
     CHECK(dtype_of(m, "enc.0.1.num_batches_tracked") == kInt64);
     nn::UNet3d mi(nn::UNet3dOptions(tiny()).norm(nn::NormKind::Instance));  // InstanceNorm3d: no params, nothing to keep
     amp::apply_opt_level(OptLevel::O2, mi, o, s);
-    CHECK(dtype_of(mi, "enc.0.0.weight") == kFloat16);
+    CHECK(dtype_of(mi, "enc.0.0.weight") == low);
   }
   SUBCASE("O3: everything FP16, no masters, eps raised to 1e-4") {
     nn::UNet3d m(tiny());
+    const Dtype low = amp::autocast_lower_dtype();  // FP16; FP32 in a HALFGRAD_FORCE_FP32 build
     optim::AdamWOptions o;
     amp::GradScalerOptions s;
     amp::apply_opt_level(OptLevel::O3, m, o, s);
     CHECK_FALSE(o.master_weights());
     CHECK(o.eps() == amp::kPureFp16MinAdamEps);
-    for (const Tensor& p : m.parameters()) CHECK(p.dtype() == kFloat16);
-    CHECK(dtype_of(m, "enc.0.1.running_mean") == kFloat16);
+    for (const Tensor& p : m.parameters()) CHECK(p.dtype() == low);
+    CHECK(dtype_of(m, "enc.0.1.running_mean") == low);
     optim::AdamWOptions big_eps = optim::AdamWOptions().eps(1e-3);
     amp::apply_opt_level(OptLevel::O3, m, big_eps, s);
     CHECK(big_eps.eps() == 1e-3);  // only ever raised

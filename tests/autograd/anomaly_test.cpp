@@ -82,6 +82,9 @@ TEST_CASE("anomaly: float16 [2] mul overflowing 65504 is caught, also under NoGr
   CHECK(contains(msg, "input 0 (a) float16 [2], finite range [1, 300]"));
   CHECK(contains(msg, "input 1 (b) float16 [2]"));
   CHECK(contains(msg, "float16 overflows to inf above 65504"));
+  // The precision table's row names the op's list and how to move it to FP32.
+  CHECK(contains(msg, "mul is on autocast's promote list"));
+  CHECK(contains(msg, "amp::set_op_fp32(amp::OpKind::Mul, true) / --fp32-op mul"));
 }
 
 TEST_CASE("anomaly: a non-finite input that came from outside the tape is called upstream") {
