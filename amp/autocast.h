@@ -96,6 +96,10 @@ enum class CastInputs : uint8_t {
   ROW(Cat, "cat", Promote, Floating, "joins tensors: the widest input type")                                 \
   ROW(Relu, "relu", None, None, "exact in any dtype")                                                        \
   ROW(LeakyRelu, "leaky_relu", None, None, "a multiply by a constant: no list")                              \
+  ROW(Sigmoid, "sigmoid", None, None, "bounded output, computed in FP32 inside: no list, as PyTorch")        \
+  ROW(Tanh, "tanh", None, None, "bounded output, computed in FP32 inside: no list, as PyTorch")              \
+  ROW(Silu, "silu", None, None, "computed in FP32 inside, rounded once: no list, as PyTorch")                \
+  ROW(Gelu, "gelu", None, None, "computed in FP32 inside, rounded once: no list, as PyTorch")                \
   ROW(MaxPool3d, "max_pool3d", None, None, "exact in any dtype")                                             \
   ROW(Reshape, "reshape", None, None, "moves no values")                                                     \
   ROW(Other, "other", None, None, "ops outside the table run in their inputs' type")

@@ -2,6 +2,7 @@
 // functions declared in these headers (see each header for the math, shapes and dtypes).
 #pragma once
 #include "ops/activation/activation.h"
+#include "ops/activation/smooth.h"
 #include "ops/conv/conv3d.h"
 #include "ops/elementwise/elementwise.h"
 #include "ops/loss/loss.h"

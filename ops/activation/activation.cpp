@@ -16,44 +16,13 @@
 #include <cstring>
 
 #include "core/nvtx.h"
+#include "ops/activation/pointwise_cpu.h"
 #include "ops/common.h"
 #ifdef HALFGRAD_CUDA
 #include "ops/activation/activation_cuda.h"
 #endif
 
 namespace halfgrad::ops {
-
-namespace {
-
-// y = f(x) elementwise in x's dtype; T is x's compute type (float for Float16, computed on an FP32
-// copy and rounded once).
-template <typename T, typename F>
-Tensor map_in_dtype(const Tensor& x, F f) {
-  Tensor cx = to_compute(x);
-  Tensor y = Tensor::empty(x.shape(), compute_dtype(x.dtype()));
-  const int64_t n = x.numel();
-  const T* px = cx.data<T>();
-  T* py = y.data<T>();
-#pragma omp parallel for simd schedule(static) if (parallel_worth(n))
-  for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
-  return from_compute(y, x.dtype());
-}
-
-// dx = f(dy, s) elementwise, where s is the saved tensor (relu: y, leaky_relu: x) and T its compute type.
-template <typename T, typename F>
-Tensor masked_grad(const Tensor& gy, const Tensor& saved, F f) {
-  Tensor cg = to_compute(gy), cs = to_compute(saved);
-  Tensor dx = Tensor::empty(saved.shape(), compute_dtype(saved.dtype()));
-  const int64_t n = saved.numel();
-  const T* pg = cg.data<T>();
-  const T* ps = cs.data<T>();
-  T* pd = dx.data<T>();
-#pragma omp parallel for simd schedule(static) if (parallel_worth(n))
-  for (int64_t i = 0; i < n; ++i) pd[i] = f(pg[i], ps[i]);
-  return from_compute(dx, saved.dtype());
-}
-
-}  // namespace
 
 Tensor relu(const Tensor& x) {
   NvtxRange nvtx_range("relu");
@@ -71,12 +40,12 @@ Tensor relu(const Tensor& x) {
 #endif
   Tensor y = dispatch_compute(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    return map_in_dtype<T>(x, [](T v) { return v < T(0) ? T(0) : v; });
+    return detail::map_in_dtype<T>(x, [](T v) { return v < T(0) ? T(0) : v; });
   });
   return autograd::record("relu", y, {x}, {autograd::Save::output()}, [y = y.detach()](const Tensor& gy) -> std::vector<Tensor> {
     return {dispatch_compute(y.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      return masked_grad<T>(gy, y, [](T g, T v) { return v <= T(0) ? T(0) : g; });
+      return detail::masked_grad<T>(gy, y, [](T g, T v) { return v <= T(0) ? T(0) : g; });
     })};
   });
 }
@@ -97,7 +66,7 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
     const T s = static_cast<T>(negative_slope);
     // Written as two selects against 0 and one multiply-add (exact: one term is 0) because GCC
     // vectorises that, and not `v > 0 ? v : v * s` (a conditional multiply under -ftrapping-math).
-    return map_in_dtype<T>(x, [s](T v) {
+    return detail::map_in_dtype<T>(x, [s](T v) {
       const T pos = v > T(0) ? v : T(0), neg = v > T(0) ? T(0) : v;
       return pos + neg * s;
     });
@@ -107,7 +76,7 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
                             return {dispatch_compute(x.dtype(), [&](auto tag) {
                               using T = decltype(tag);
                               const T s = static_cast<T>(negative_slope);
-                              return masked_grad<T>(gy, x, [s](T g, T v) {  // dy * (x > 0 ? 1 : slope), as in the forward
+                              return detail::masked_grad<T>(gy, x, [s](T g, T v) {  // dy * (x > 0 ? 1 : slope), as in the forward
                                 const T pos = v > T(0) ? g : T(0), neg = v > T(0) ? T(0) : g;
                                 return pos + neg * s;
                               });

@@ -335,6 +335,12 @@ def activation():
     for slope in (0.01, 0.2):
         _plain(cases, "leaky_relu_%g" % slope, "leaky_relu", {"negative_slope": slope}, {"x": x},
                lambda x, s=slope: F.leaky_relu(x, s), ["x"])
+    # The smooth activations of ops/activation/smooth.h, on x * 3 so that the tails (|x| up to ~10)
+    # are exercised, in float32 and float64.
+    x3 = x * 3
+    for name, fn in (("sigmoid", lambda x: torch.sigmoid(x)), ("tanh", lambda x: torch.tanh(x)), ("silu", lambda x: F.silu(x)),
+                     ("gelu", lambda x: F.gelu(x)), ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"))):
+        with_f64(cases, name, name, {}, {"x": x3}, fn, ["x"])
     x2 = x * 2
     with_f64(cases, "softmax_dim1", "softmax", {"dim": 1}, {"x": x2}, lambda x: x.softmax(1), ["x"])
     with_f64(cases, "log_softmax_dim1", "log_softmax", {"dim": 1}, {"x": x2}, lambda x: x.log_softmax(1), ["x"])
