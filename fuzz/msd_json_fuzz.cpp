@@ -25,8 +25,8 @@ std::string make_root() {
   std::vector<int64_t> lab(8);
   for (int i = 0; i < 8; ++i) lab[i] = i % 3;
   for (const char* n : {"a.nii.gz", "b.nii.gz"}) {
-    io::write_nifti((root / "imagesTr" / n).string(), io::Volume{Tensor::full({2, 2, 2}, 1.5f), {1, 1, 1}, {}});
-    io::write_nifti((root / "labelsTr" / n).string(), io::Volume{Tensor::from_labels(lab, {2, 2, 2}), {1, 1, 1}, {}});
+    io::write_nifti((root / "imagesTr" / n).string(), io::Volume{Tensor::full({2, 2, 2}, 1.5f), {1, 1, 1}, {}, {}});
+    io::write_nifti((root / "labelsTr" / n).string(), io::Volume{Tensor::from_labels(lab, {2, 2, 2}), {1, 1, 1}, {}, {}});
   }
   return root.string();
 }

@@ -19,7 +19,9 @@
 #include "io/nifti.h"
 
 #include <nifti1_io.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -362,6 +364,7 @@ RawVolume read_raw(RawInput& raw, const std::string& name, const NiftiReadOption
                  << "; expected at least the " << kNifti1HeaderBytes << "-byte NIfTI-1 header");
   RawVolume out;
   out.facts = check_header(file_hdr, &h, where, options);
+  geom->header.assign(reinterpret_cast<const unsigned char*>(&h), reinterpret_cast<const unsigned char*>(&h) + kNifti1HeaderBytes);
   const HeaderFacts& f = out.facts;
   const uint64_t total = f.offset + f.data_bytes;
   if (!in.gzip())
@@ -470,7 +473,151 @@ void check_file(const std::string& path) {
   HG_CHECK(fs::is_regular_file(path, ec), where << "file not found; expected an existing .nii or .nii.gz file");
 }
 
+// ---- writing with a given header -----------------------------------------------------------------
+
+// Writes all n bytes to fd (write(2) may write fewer), or returns false.
+bool write_all(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::write(fd, p, n);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+// The header `hdr` (native byte order), the 4 extension-flag bytes (all zero: no extensions) and
+// `voxels`, into `path`: a temporary file in the same folder, gzip-compressed for .nii.gz, fsync'ed,
+// then renamed over `path`. Any failure removes the temporary file and throws naming `path`.
+void write_header_and_voxels(const std::string& path, const nifti_1_header& hdr, const void* voxels, size_t nbytes,
+                             const std::string& where) {
+  HG_CHECK(has_nifti_extension(path), where << "expected a file name ending in .nii or .nii.gz");
+  const fs::path target(path);
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::error_code ec;
+  HG_CHECK(fs::is_directory(parent, ec), where << "directory " << parent.string()
+                                               << " does not exist; expected an existing, writable directory");
+  const std::string tmp = (parent / ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()))).string();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  HG_CHECK(fd >= 0, where << "cannot create " << tmp << " (" << std::strerror(errno)
+                          << "); expected a writable directory");
+  const char extension_flags[4] = {0, 0, 0, 0};
+  bool ok;
+  if (ends_with(path, ".gz")) {
+    gzFile gz = gzdopen(::dup(fd), "wb6");
+    ok = gz != nullptr;
+    for (const auto& [p, n] : {std::pair<const void*, size_t>{&hdr, kNifti1HeaderBytes}, {extension_flags, 4}, {voxels, nbytes}})
+      for (size_t done = 0; ok && done < n;) {  // gzwrite takes an unsigned count: 1 GiB at a time
+        const unsigned k = static_cast<unsigned>(std::min<size_t>(n - done, size_t{1} << 30));
+        ok = gzwrite(gz, static_cast<const char*>(p) + done, k) == static_cast<int>(k);
+        done += k;
+      }
+    if (gz != nullptr) ok = gzclose(gz) == Z_OK && ok;
+  } else {
+    ok = write_all(fd, &hdr, kNifti1HeaderBytes) && write_all(fd, extension_flags, 4) && write_all(fd, voxels, nbytes);
+  }
+  ok = ok && ::fsync(fd) == 0;
+  const int saved_errno = errno;
+  ok = ::close(fd) == 0 && ok;
+  if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    const std::string reason = std::strerror(errno ? errno : saved_errno);
+    ::unlink(tmp.c_str());
+    HG_FAIL(where << "could not write the file (" << reason << "); expected a writable location with free space");
+  }
+}
+
+// `like`'s header, checked, with the fields that describe the voxels reset for a new datatype.
+nifti_1_header derived_header(const Volume& like, const std::string& where, short datatype, short bitpix) {
+  HG_CHECK(like.header.size() == static_cast<size_t>(kNifti1HeaderBytes),
+           where << "the reference volume has no NIfTI header (" << like.header.size()
+                 << " bytes); expected a Volume returned by read_nifti");
+  nifti_1_header h;
+  std::memcpy(&h, like.header.data(), kNifti1HeaderBytes);
+  h.datatype = datatype;
+  h.bitpix = bitpix;
+  h.vox_offset = kMinVoxOffset;
+  h.scl_slope = 1.0f;
+  h.scl_inter = 0.0f;
+  h.intent_p1 = h.intent_p2 = h.intent_p3 = 0.0f;
+  std::memset(h.intent_name, 0, sizeof h.intent_name);
+  std::memset(h.descrip, 0, sizeof h.descrip);
+  std::memset(h.aux_file, 0, sizeof h.aux_file);
+  h.glmax = h.glmin = 0;
+  return h;
+}
+
+void check_like_shape(const Shape& got, const Volume& like, const std::string& where, const char* what) {
+  HG_CHECK(like.data.defined() && got == like.data.shape(),
+           where << what << " has shape " << shape_str(got) << "; expected the reference volume's (D, H, W) "
+                 << (like.data.defined() ? shape_str(like.data.shape()) : std::string("(undefined)")));
+}
+
 }  // namespace
+
+std::vector<int64_t> read_nifti_extents(const std::string& path) {
+  const std::string where = "read_nifti: " + path + ": ";
+  check_file(path);
+  FileInput raw(path, where);
+  Stream in(raw, where);
+  nifti_1_header h;
+  HG_CHECK(in.read(reinterpret_cast<unsigned char*>(&h), kNifti1HeaderBytes) == kNifti1HeaderBytes,
+           where << "file is shorter than the " << kNifti1HeaderBytes << "-byte NIfTI-1 header; expected a NIfTI-1 file");
+  uint32_t sizeof_hdr;
+  std::memcpy(&sizeof_hdr, &h.sizeof_hdr, 4);
+  const bool swapped = sizeof_hdr != kNifti1HeaderBytes && swap32(sizeof_hdr) == kNifti1HeaderBytes;
+  HG_CHECK((sizeof_hdr == kNifti1HeaderBytes || swapped) && std::memcmp(h.magic, "n+1", 4) == 0,
+           where << "not a NIfTI-1 file (sizeof_hdr " << sizeof_hdr << ", magic not \"n+1\"); expected a .nii or .nii.gz image");
+  if (swapped) swap_nifti_header(&h, /*is_nifti=*/1);
+  HG_CHECK(h.dim[0] >= 1 && h.dim[0] <= 7, where << "dim[0] is " << h.dim[0] << "; expected 1 to 7 dimensions");
+  return std::vector<int64_t>(h.dim + 1, h.dim + 1 + h.dim[0]);
+}
+
+void write_label_nifti(const std::string& path, const Tensor& labels, const Volume& like) {
+  const std::string where = "write_label_nifti: " + path + ": ";
+  HG_CHECK(labels.defined() && labels.device() == Device::CPU && labels.dtype() == kInt64,
+           where << "labels must be a CPU int64 (D, H, W) tensor");
+  check_like_shape(labels.shape(), like, where, "the label map");
+  nifti_1_header h = derived_header(like, where, NIFTI_TYPE_UINT8, 8);
+  const Tensor dense = labels.contiguous();
+  std::vector<uint8_t> bytes(static_cast<size_t>(dense.numel()));
+  uint8_t top = 0;
+  for (int64_t i = 0; i < dense.numel(); ++i) {
+    const int64_t v = dense.data<int64_t>()[i];
+    HG_CHECK(v >= 0 && v <= 255, where << "label " << v << " at flat index " << i << "; expected a class in [0, 255] (uint8)");
+    bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(v);
+    top = std::max(top, bytes[static_cast<size_t>(i)]);
+  }
+  h.cal_min = 0.0f;
+  h.cal_max = static_cast<float>(top);
+  h.intent_code = NIFTI_INTENT_LABEL;
+  std::strncpy(h.descrip, "halfgrad-unet3d label map", sizeof h.descrip - 1);
+  write_header_and_voxels(path, h, bytes.data(), bytes.size(), where);
+}
+
+void write_probabilities_nifti(const std::string& path, const Tensor& probs, const Volume& like) {
+  const std::string where = "write_probabilities_nifti: " + path + ": ";
+  HG_CHECK(probs.defined() && probs.device() == Device::CPU && probs.dtype() == kFloat32 && probs.dim() == 4,
+           where << "probabilities must be a CPU float32 (C, D, H, W) tensor");
+  check_like_shape(Shape(probs.shape().begin() + 1, probs.shape().end()), like, where, "the probabilities' (D, H, W)");
+  HG_CHECK(probs.size(0) >= 1 && probs.size(0) <= 32767, where << probs.size(0) << " classes; expected 1 to 32767");
+  nifti_1_header h = derived_header(like, where, NIFTI_TYPE_FLOAT32, 32);
+  h.dim[0] = 4;
+  h.dim[4] = static_cast<short>(probs.size(0));
+  for (int d = 5; d < 8; ++d) h.dim[d] = 1;
+  h.pixdim[4] = 1.0f;
+  const Tensor dense = probs.contiguous();  // (C, D, H, W): the class is the slowest axis, as NIfTI's t
+  for (int64_t i = 0; i < dense.numel(); ++i)
+    HG_CHECK(std::isfinite(dense.data<float>()[i]),
+             where << "probability at flat index " << i << " is " << dense.data<float>()[i] << "; expected finite values");
+  h.cal_min = 0.0f;
+  h.cal_max = 1.0f;
+  h.intent_code = NIFTI_INTENT_NONE;
+  std::strncpy(h.intent_name, "softmax", sizeof h.intent_name - 1);
+  std::strncpy(h.descrip, "halfgrad-unet3d class probabilities", sizeof h.descrip - 1);
+  write_header_and_voxels(path, h, dense.data<float>(), dense.nbytes(), where);
+}
 
 Volume read_nifti(const std::string& path, const NiftiReadOptions& options) {
   check_file(path);

@@ -28,6 +28,7 @@
 #pragma once
 #include <array>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -43,6 +44,10 @@ struct Volume {
   /// and k z (D). Taken from the sform when the file has one, else from the qform (which nifticlib
   /// builds from pixdim when the file has neither). Keep it consistent with `spacing` when writing.
   std::array<double, 16> affine{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+  /// The file's 348-byte NIfTI-1 header as read (byte-swapped to native order when the file was
+  /// big-endian; a nifti_1_header's bytes), so that a result can be written with exactly the input's
+  /// geometry (write_label_nifti, write_probabilities_nifti). Empty for a Volume made in memory.
+  std::vector<unsigned char> header;
 };
 
 /// Limits of the reader. max_voxels: 2^28 voxels (a 645^3 volume) by default, so that at most
@@ -88,5 +93,31 @@ Volume read_label_nifti_buffer(const void* data, size_t n, const std::string& na
 /// Throws halfgrad::Error naming `path` when the data is undefined or not 3-D, the extension is
 /// wrong, the directory does not exist, or the file could not be written.
 void write_nifti(const std::string& path, const Volume& vol);
+
+/// The extents dim[1..dim[0]] of a NIfTI-1 file's header, (x, y, z, t, ...) as stored, without
+/// reading the voxels or checking more than sizeof_hdr and magic: for a caller that must tell "a
+/// 4-D file of 2 volumes" (2 channels) from other bad files before read_nifti refuses it.
+/// Throws halfgrad::Error naming `path` when the file cannot be read or is not NIfTI-1.
+std::vector<int64_t> read_nifti_extents(const std::string& path);
+
+/// Writes a label map with exactly the geometry of `like` (a Volume read from a file): the header
+/// is `like.header` byte for byte (dim, pixdim, xyzt_units, qform_code, sform_code, quatern_b/c/d,
+/// qoffset_x/y/z, srow_x/y/z, descrip-less fields...), except what describes the voxels: datatype
+/// uint8, bitpix 8, scl_slope 1, scl_inter 0, cal_min 0, cal_max the largest label, vox_offset 352
+/// (no extensions), intent_code NIFTI_INTENT_LABEL, descrip "halfgrad-unet3d label map".
+/// labels: (D, H, W) = like.data's shape, int64 on the CPU, every value in [0, 255]. `path` ends in
+/// .nii or .nii.gz (gzip). The file appears atomically: written to a temporary file in the same
+/// folder, flushed, then renamed over `path`, so a failure never leaves a half-written file.
+/// Throws halfgrad::Error naming `path` for an empty like.header, a shape mismatch, a label
+/// outside [0, 255], a bad extension, or a folder that cannot be written.
+void write_label_nifti(const std::string& path, const Tensor& labels, const Volume& like);
+
+/// Writes per-class probabilities as a 4-D float32 NIfTI-1 file with `like`'s geometry (as
+/// write_label_nifti): dim[0] 4, dim[4] = C (the class index is the 4th axis, pixdim[4] 1),
+/// datatype float32, bitpix 32, scl_slope 1, scl_inter 0, cal_min 0, cal_max 1, intent_code
+/// NIFTI_INTENT_NONE with intent_name "softmax", descrip "halfgrad-unet3d class probabilities".
+/// probs: (C, D, H, W) float32 with (D, H, W) = like.data's shape. Atomic as write_label_nifti;
+/// throws the same way (and for a non-float32 or non-finite tensor).
+void write_probabilities_nifti(const std::string& path, const Tensor& probs, const Volume& like);
 
 }  // namespace halfgrad::io

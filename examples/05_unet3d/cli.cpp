@@ -115,8 +115,33 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   eval->add_option("--data", e.data, "MSD dataset folder (default: the mricron-data validation slab)");
   eval->add_option("--checkpoint", e.checkpoint, "checkpoint.bin written by train")->required();
   eval->add_option("--device", e.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  eval->add_option("--overlay", e.overlay,
+                   "folder for a PNG per volume: the slice with most foreground, image | label | prediction");
   eval->add_flag("!--no-memory-check", e.memory_check,
                  "evaluate even when the estimated memory of the largest volume's forward exceeds what is free");
+  PredictArgs& p = predict_args;
+  predict = app.add_subcommand("predict", "segment NIfTI volumes with a checkpoint: a uint8 label map per volume, "
+                                          "with the input's geometry");
+  predict->add_option("--checkpoint", p.checkpoint, "checkpoint.bin written by train")->required();
+  predict->add_option("--input", p.input, "a .nii/.nii.gz volume, or a folder of them (every *.nii, *.nii.gz)")
+      ->required();
+  predict->add_option("--output", p.output,
+                      "label map file (.nii/.nii.gz) for one input, or a folder (created) for the same file names")
+      ->required();
+  predict->add_option("--device", p.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  predict->add_option("--overlap", p.overlap, "fraction of the window shared by neighbouring tiles (default 0.5)")
+      ->transform(finite_number(0, false));
+  predict->add_flag("--tta", p.tta, "test-time augmentation: average the logits of the 8 mirrorings of (z, y, x)");
+  predict->add_option("--probabilities", p.probabilities,
+                      "also write float32 softmax probabilities (4-D, dim[4] = classes): a file or folder, as --output");
+  predict->add_option("--labels", p.labels,
+                      "folder of reference label maps with the inputs' file names (e.g. labelsTr/): print Dice");
+  predict->add_option("--overlay", p.overlay,
+                      "folder for a PNG per volume: the slice with most foreground, image | [label |] prediction");
+  predict->add_flag("--overwrite", p.overwrite, "replace output files that exist (refused otherwise)");
+  predict->add_flag("!--no-progress", p.progress, "no per-volume progress bar on stderr");
+  predict->add_flag("!--no-memory-check", p.memory_check,
+                    "predict even when a tile's or a volume's estimated memory exceeds what is free");
 }
 
 void CommandLine::parse(const std::vector<std::string>& args) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/05_unet3d/predict.h"
 #include "examples/05_unet3d/train.h"
 
 namespace unet3d_app {
@@ -31,7 +32,8 @@ CLI::Validator decimal_integer(uint64_t lo, uint64_t hi);
 /// rewritten as "%.17g" so that the value CLI11 stores is the one checked.
 CLI::Validator finite_number(double lo, bool strict);
 
-/// The whole command line: `app` with its two subcommands, bound to `train_args` and `eval_args`.
+/// The whole command line: `app` with its subcommands, bound to `train_args`, `eval_args` and
+/// `predict_args`.
 /// Not copyable (CLI11 keeps pointers to the fields).
 struct CommandLine {
   CommandLine();
@@ -45,8 +47,10 @@ struct CommandLine {
   CLI::App app;
   CLI::App* train = nullptr;
   CLI::App* eval = nullptr;
+  CLI::App* predict = nullptr;
   TrainArgs train_args;
   EvalArgs eval_args;
+  PredictArgs predict_args;
 };
 
 /// What the parser cannot see; throws halfgrad::Error naming the options: --memory-format ndhwc

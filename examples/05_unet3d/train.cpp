@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "examples/05_unet3d/data.h"
 #include "examples/05_unet3d/memory_estimate.h"
 #include "examples/05_unet3d/metrics.h"
+#include "examples/05_unet3d/overlay.h"
 #include "examples/05_unet3d/progress.h"
 #include "examples/05_unet3d/run_folder.h"
 #include "examples/05_unet3d/trained_model.h"
@@ -59,8 +61,10 @@ static double lr_at(const Recipe& r, double e) {
 }
 
 // Per-class Dice averaged over volumes, predicting whole volumes one at a time.
+// `on_volume(v, pred)`, when given, sees each volume's prediction (D, H, W) int64 (eval --overlay).
 static std::vector<double> validate(nn::UNet3d& model, const std::vector<SegVolume>& vols, int64_t num_classes,
-                                    const amp::OptLevelSetup& mp, const Placement& where) {
+                                    const amp::OptLevelSetup& mp, const Placement& where,
+                                    const std::function<void(const SegVolume&, const Tensor&)>& on_volume = {}) {
   model.eval();
   NoGradGuard no_grad;
   amp::AutocastGuard autocast(mp.autocast);
@@ -70,6 +74,7 @@ static std::vector<double> validate(nn::UNet3d& model, const std::vector<SegVolu
     Tensor x = mp.cast_input(where.input(v.image.view_as_shape({1, 1, s[0], s[1], s[2]})));
     Tensor pred = ops::argmax(model(x), 1).copy_to(Device::CPU).view_as_shape(s);
     std::vector<double> d = dice_per_class(pred, v.label, num_classes);
+    if (on_volume) on_volume(v, pred);
     for (size_t c = 0; c < d.size(); ++c) sum[c] += d[c];
   }
   for (double& d : sum) d /= std::max<size_t>(vols.size(), 1);
@@ -339,7 +344,19 @@ int run_eval(const EvalArgs& a) {
                  "the volumes are padded to " + shape_str(Shape{data.volume_shape[0], data.volume_shape[1],
                                                                 data.volume_shape[2]}) +
                      "; check the image headers");
-  std::vector<double> dice = validate(*model, data.val, data.num_classes, mp, where);
+  if (!a.overlay.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.overlay, ec);
+    HG_CHECK(std::filesystem::is_directory(a.overlay, ec),
+             "halfgrad-unet3d eval: --overlay " << a.overlay << ": cannot create the folder (" << ec.message() << ")");
+  }
+  const auto overlay = [&](const SegVolume& v, const Tensor& pred) {
+    std::string name = std::filesystem::path(v.name).filename().string();
+    name = name.substr(0, name.rfind(".nii"));
+    write_png((std::filesystem::path(a.overlay) / (name + ".png")).string(), compose_overlay(v.image, v.label, pred));
+  };
+  std::vector<double> dice = validate(*model, data.val, data.num_classes, mp, where,
+                                      a.overlay.empty() ? std::function<void(const SegVolume&, const Tensor&)>{} : overlay);
   double mean = 0;
   for (double d : dice) mean += d;
   mean /= std::max<size_t>(dice.size(), 1);

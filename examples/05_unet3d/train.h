@@ -37,6 +37,7 @@ struct EvalArgs {
   std::string checkpoint;
   std::string device = "cpu";
   bool memory_check = true;
+  std::string overlay;  // --overlay DIR: a PNG per volume (overlay.h): image | label | prediction
 };
 
 int run_train(const TrainArgs& a);

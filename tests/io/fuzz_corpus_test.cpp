@@ -64,8 +64,8 @@ TEST_CASE("io fuzz corpus: every dataset.json seed loads next to imagesTr/{a,b} 
   fs::create_directories(dir.file("labelsTr"));
   const std::vector<int64_t> lab = {0, 1, 0, 1, 0, 1, 0, 1};
   for (const char* n : {"a.nii.gz", "b.nii.gz"}) {
-    io::write_nifti(dir.file(std::string("imagesTr/") + n), io::Volume{Tensor::full({2, 2, 2}, 1.5), {1, 1, 1}, {}});
-    io::write_nifti(dir.file(std::string("labelsTr/") + n), io::Volume{Tensor::from_labels(lab, {2, 2, 2}), {1, 1, 1}, {}});
+    io::write_nifti(dir.file(std::string("imagesTr/") + n), io::Volume{Tensor::full({2, 2, 2}, 1.5), {1, 1, 1}, {}, {}});
+    io::write_nifti(dir.file(std::string("labelsTr/") + n), io::Volume{Tensor::from_labels(lab, {2, 2, 2}), {1, 1, 1}, {}, {}});
   }
   const std::vector<std::string> seeds = files_in(HALFGRAD_SOURCE_DIR "/fuzz/corpus/msd_json");
   CHECK(seeds.size() >= 2);

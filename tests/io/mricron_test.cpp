@@ -33,8 +33,8 @@ void make_atlas(const TempDir& dir) {
         if (y >= 2 && x >= 2) region[i] = (z == 0 && x == 2) ? 0 : 3;  // 3 background, 5 cerebellum
         if (y >= 2 && x >= 2 && z == 1 && x == 3 && y == 3) region[i] = 0;
       }
-  write_nifti(dir.file("ch2.nii.gz"), Volume{Tensor::from_vector(image, {2, 4, 4}), {1, 1, 1}, kAffine});
-  write_nifti(dir.file("aal.nii.gz"), Volume{Tensor::from_labels(region, {2, 4, 4}), {1, 1, 1}, kAffine});
+  write_nifti(dir.file("ch2.nii.gz"), Volume{Tensor::from_vector(image, {2, 4, 4}), {1, 1, 1}, kAffine, {}});
+  write_nifti(dir.file("aal.nii.gz"), Volume{Tensor::from_labels(region, {2, 4, 4}), {1, 1, 1}, kAffine, {}});
   write_bytes(dir.file("aal.nii.txt"), "1 Precentral_L 2001\n2 Temporal_Sup_L 8111\n3 Cerebelum_Crus1_L 9001\n");
 }
 
@@ -84,12 +84,12 @@ TEST_CASE("io mricron: missing package files, grid mismatch and unlisted regions
   check_mentions(error_message([&] { load_mricron_atlas(opts); }), {dir.file("aal.nii.txt"), "apt-get install mricron-data"});
 
   make_atlas(dir);
-  write_nifti(dir.file("aal.nii.gz"), Volume{Tensor::zeros({2, 4, 5}, kInt64), {1, 1, 1}, kAffine});
+  write_nifti(dir.file("aal.nii.gz"), Volume{Tensor::zeros({2, 4, 5}, kInt64), {1, 1, 1}, kAffine, {}});
   check_mentions(error_message([&] { load_mricron_atlas(opts); }),
                  {dir.file("aal.nii.gz"), dir.file("ch2.nii.gz"), "[2, 4, 5]", "expected one grid"});
   std::array<double, 16> shifted = kAffine;
   shifted[7] = -9;
-  write_nifti(dir.file("aal.nii.gz"), Volume{Tensor::zeros({2, 4, 4}, kInt64), {1, 1, 1}, shifted});
+  write_nifti(dir.file("aal.nii.gz"), Volume{Tensor::zeros({2, 4, 4}, kInt64), {1, 1, 1}, shifted, {}});
   check_mentions(error_message([&] { load_mricron_atlas(opts); }),
                  {dir.file("aal.nii.gz"), dir.file("ch2.nii.gz"), "affine entry (1, 3)", "expected one grid"});
 

@@ -28,8 +28,8 @@ nlohmann::json make_dataset(const TempDir& dir, const std::vector<std::string>& 
   std::vector<int64_t> lab(24);
   for (int i = 0; i < 24; ++i) lab[i] = i % 3;
   for (const auto& n : names) {
-    write_nifti(dir.file("imagesTr/" + n), Volume{Tensor::randn({2, 3, 4}, gen), {1, 1, 1}, {}});
-    write_nifti(dir.file("labelsTr/" + n), Volume{Tensor::from_labels(lab, {2, 3, 4}), {1, 1, 1}, {}});
+    write_nifti(dir.file("imagesTr/" + n), Volume{Tensor::randn({2, 3, 4}, gen), {1, 1, 1}, {}, {}});
+    write_nifti(dir.file("labelsTr/" + n), Volume{Tensor::from_labels(lab, {2, 3, 4}), {1, 1, 1}, {}, {}});
     ds["training"].push_back({{"image", "./imagesTr/" + n}, {"label", "./labelsTr/" + n}});
   }
   return ds;
@@ -206,10 +206,10 @@ TEST_CASE("io msd: load_msd_case rejects shape mismatch and out-of-range labels,
   // Two classes only: the label value 2 at voxel 2 = (i, j, k) (2, 0, 0) is out of range.
   check_mentions(error_message([&] { load_msd_case(pair, 2); }),
                  {pair.label, "holds 2", "voxel (i, j, k) = (2, 0, 0)", "expected a class in [0, 2)"});
-  write_nifti(pair.label, Volume{Tensor::zeros({2, 3, 5}), {1, 1, 1}, {}});
+  write_nifti(pair.label, Volume{Tensor::zeros({2, 3, 5}), {1, 1, 1}, {}, {}});
   check_mentions(error_message([&] { load_msd_case(pair, 3); }),
                  {pair.label, pair.image, "[2, 3, 5]", "[2, 3, 4]", "expected equal shapes"});
-  write_nifti(pair.label, Volume{Tensor::full({2, 3, 4}, -1.0), {1, 1, 1}, {}});
+  write_nifti(pair.label, Volume{Tensor::full({2, 3, 4}, -1.0), {1, 1, 1}, {}, {}});
   check_mentions(error_message([&] { load_msd_case(pair, 3); }), {pair.label, "holds -1", "expected a class in [0, 3)"});
 }
 

@@ -121,3 +121,31 @@ TEST_CASE("unet3d cli: --overwrite, --no-memory-check, and --help lists them") {
   check_parse_error({"train"}, {"--out is required"});
   check_parse_error(train_with({"--config", "gpu"}), {"--config", "gpu"});
 }
+
+TEST_CASE("unet3d cli: predict's options reach PredictArgs; --checkpoint, --input, --output are required") {
+  CommandLine cli;
+  cli.parse({"predict", "--checkpoint", "ck.bin", "--input", "imagesTs", "--output", "out", "--device", "cuda", "--tta",
+             "--overlap", "0.25", "--probabilities", "p", "--labels", "labelsTr", "--overlay", "png", "--overwrite",
+             "--no-progress", "--no-memory-check"});
+  REQUIRE(*cli.predict);
+  const unet3d_app::PredictArgs& p = cli.predict_args;
+  CHECK(p.checkpoint == "ck.bin");
+  CHECK(p.input == "imagesTs");
+  CHECK(p.output == "out");
+  CHECK(p.device == "cuda");
+  CHECK(p.tta);
+  CHECK(p.overlap == 0.25);
+  CHECK(p.probabilities == "p");
+  CHECK(p.labels == "labelsTr");
+  CHECK(p.overlay == "png");
+  CHECK(p.overwrite);
+  CHECK_FALSE(p.progress);
+  CHECK_FALSE(p.memory_check);
+  check_parse_error({"predict", "--checkpoint", "c", "--input", "i"}, {"--output"});
+  check_parse_error({"predict", "--checkpoint", "c", "--input", "i", "--output", "o", "--overlap", "nan"},
+                    {"--overlap", "expected a finite number >= 0"});
+  check_parse_error({"predict", "--checkpoint", "c", "--input", "i", "--output", "o", "--device", "tpu"}, {"--device"});
+  CommandLine e;
+  e.parse({"eval", "--checkpoint", "c", "--overlay", "pngs"});
+  CHECK(e.eval_args.overlay == "pngs");
+}

@@ -1,0 +1,251 @@
+// predict.cpp - see predict.h.
+#include "examples/05_unet3d/predict.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "amp/autocast.h"
+#include "autograd/node.h"
+#include "core/error.h"
+#include "examples/05_unet3d/memory_estimate.h"
+#include "examples/05_unet3d/metrics.h"
+#include "examples/05_unet3d/overlay.h"
+#include "examples/05_unet3d/progress.h"
+#include "examples/05_unet3d/run_folder.h"
+#include "examples/05_unet3d/sliding_window.h"
+#include "examples/05_unet3d/trained_model.h"
+#include "io/nifti.h"
+#include "io/preprocess.h"
+#include "ops/reduce/reduce.h"
+#include "ops/softmax/softmax.h"
+
+namespace unet3d_app {
+
+using namespace halfgrad;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool has_nifti_name(const std::string& name) {
+  auto ends = [&](const std::string& s) { return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+  return ends(".nii") || ends(".nii.gz");
+}
+
+struct Job {
+  std::string name;         // the input's file name, also the output's
+  std::string input, output, probabilities, labels, overlay;  // paths; the last three empty when not asked for
+};
+
+// Where one input's result goes: into `dest` when it is (or, for a folder input, will be) a folder,
+// else `dest` itself, which must then be a .nii/.nii.gz path in an existing folder.
+std::string destination(const std::string& dest, const std::string& name, bool folder_input, const char* option) {
+  std::error_code ec;
+  if (folder_input) {
+    HG_CHECK(!fs::exists(dest, ec) || fs::is_directory(dest, ec),
+             "halfgrad-unet3d predict: " << option << " " << dest << " is a file, but --input is a folder; expected a folder "
+                                         << "(created if missing) for one output per input file");
+    return (fs::path(dest) / name).string();
+  }
+  if (fs::is_directory(dest, ec)) return (fs::path(dest) / name).string();
+  HG_CHECK(has_nifti_name(fs::path(dest).filename().string()),
+           "halfgrad-unet3d predict: " << option << " " << dest << " is neither an existing folder nor a .nii/.nii.gz "
+                                       << "file name; expected one of them");
+  const fs::path parent = fs::path(dest).parent_path();
+  HG_CHECK(parent.empty() || fs::is_directory(parent, ec),
+           "halfgrad-unet3d predict: " << option << " " << dest << ": folder " << parent.string()
+                                       << " does not exist; expected an existing folder");
+  return dest;
+}
+
+std::vector<Job> plan_jobs(const PredictArgs& a) {
+  std::error_code ec;
+  HG_CHECK(fs::exists(a.input, ec), "halfgrad-unet3d predict: --input " << a.input
+                                                                       << " does not exist; expected a .nii/.nii.gz file or a folder of them");
+  const bool folder = fs::is_directory(a.input, ec);
+  std::vector<std::string> names;
+  if (folder) {
+    for (const fs::directory_entry& e : fs::directory_iterator(a.input, ec)) {
+      const std::string n = e.path().filename().string();
+      if (has_nifti_name(n) && n[0] != '.' && fs::is_regular_file(e.path(), ec)) names.push_back(n);
+    }
+    HG_CHECK(!ec, "halfgrad-unet3d predict: --input " << a.input << ": cannot list the folder (" << ec.message() << ")");
+    std::sort(names.begin(), names.end());
+    HG_CHECK(!names.empty(), "halfgrad-unet3d predict: --input " << a.input
+                                                                 << " holds no *.nii or *.nii.gz file; expected NIfTI volumes");
+    for (const std::string* out : {&a.output, &a.probabilities})
+      HG_CHECK(out->empty() || !fs::exists(*out, ec) || !fs::equivalent(*out, a.input, ec),
+               "halfgrad-unet3d predict: " << *out << " is the --input folder; the outputs would replace the inputs "
+                                           << "(same file names); expected another folder");
+  } else {
+    names.push_back(fs::path(a.input).filename().string());
+  }
+  std::vector<Job> jobs;
+  for (const std::string& n : names) {
+    Job j;
+    j.name = n;
+    j.input = folder ? (fs::path(a.input) / n).string() : a.input;
+    j.output = destination(a.output, n, folder, "--output");
+    if (!a.probabilities.empty()) j.probabilities = destination(a.probabilities, n, folder, "--probabilities");
+    if (!a.labels.empty()) j.labels = (fs::path(a.labels) / n).string();
+    if (!a.overlay.empty()) j.overlay = (fs::path(a.overlay) / (n.substr(0, n.rfind(".nii")) + ".png")).string();
+    jobs.push_back(j);
+  }
+  // Refuse at once, before any volume runs, rather than after an hour of work.
+  std::vector<std::string> existing;
+  for (const Job& j : jobs)
+    for (const std::string* p : {&j.output, &j.probabilities}) {
+      if (!p->empty() && fs::exists(*p, ec)) existing.push_back(*p);
+      HG_CHECK(p->empty() || !fs::exists(*p, ec) || !fs::equivalent(*p, j.input, ec),
+               "halfgrad-unet3d predict: output " << *p << " is the input file itself; expected another path");
+    }
+  if (!existing.empty() && !a.overwrite)
+    HG_FAIL("halfgrad-unet3d predict: " << existing.size() << " output file(s) exist already (" << existing.front()
+                                        << (existing.size() > 1 ? ", ..." : "")
+                                        << "); pass --overwrite to replace them, or choose another --output");
+  for (const Job& j : jobs)
+    if (!j.overlay.empty() && fs::exists(j.overlay, ec) && !a.overwrite)
+      HG_FAIL("halfgrad-unet3d predict: " << j.overlay << " exists already; pass --overwrite to replace it");
+  if (!a.overlay.empty()) {
+    fs::create_directories(a.overlay, ec);
+    HG_CHECK(fs::is_directory(a.overlay, ec), "halfgrad-unet3d predict: --overlay " << a.overlay
+                                                                                  << ": cannot create the folder");
+  }
+  if (folder)
+    for (const std::string* out : {&a.output, &a.probabilities})
+      if (!out->empty()) {
+        fs::create_directories(*out, ec);
+        HG_CHECK(fs::is_directory(*out, ec), "halfgrad-unet3d predict: cannot create the folder " << *out << " ("
+                                                                                               << ec.message() << ")");
+      }
+  return jobs;
+}
+
+std::string fixed(double v, int prec) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(prec);
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+int run_predict(const PredictArgs& a) {
+  HG_CHECK(a.overlap >= 0 && a.overlap < 1,
+           "halfgrad-unet3d predict: --overlap " << a.overlap << "; expected a fraction in [0, 1)");
+  const std::vector<Job> jobs = plan_jobs(a);
+  const Placement where = make_placement(a.device, "ndhwc", "predict");
+  TrainedModel tm = load_trained_model(a.checkpoint, where, "predict");
+  const nn::UNet3dOptions& mo = tm.recipe.model;
+  SlidingWindowOptions sw;
+  sw.window = tm.recipe.volume_shape;
+  sw.overlap = a.overlap;
+  sw.mirror = a.tta;
+  sw.divisor = int64_t{1} << mo.channels().size();
+  if (a.memory_check)  // the largest tile's forward on the device
+    check_memory(estimate_eval_memory(mo, tm.model->num_parameters(), sw.window, tm.level), available_memory(a.device),
+                 "predict", a.device, "the window is the recipe's volume_shape");
+  std::cout << "predict: " << jobs.size() << " volume(s) with " << a.checkpoint << " (UNet3d " << mo.describe() << ", "
+            << amp::opt_level_name(tm.level) << ") on " << a.device << "; window " << sw.window[0] << "x" << sw.window[1]
+            << "x" << sw.window[2] << ", overlap " << a.overlap << (a.tta ? ", mirroring TTA (8 passes)" : "") << std::endl;
+
+  const int64_t K = mo.num_classes();
+  std::vector<std::string> failures;
+  std::vector<double> dice_sum(static_cast<size_t>(std::max<int64_t>(K - 1, 0)), 0.0);
+  int64_t scored = 0;
+  for (const Job& j : jobs) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      // The header first: a 4-D file of several volumes is a channel count, not a corrupt file.
+      const std::vector<int64_t> ext = io::read_nifti_extents(j.input);
+      int64_t channels = 1;
+      for (size_t d = 3; d < ext.size(); ++d) channels *= ext[d];
+      HG_CHECK(ext.size() >= 3 && channels == mo.in_channels(),
+               "halfgrad-unet3d predict: " << j.input << " holds " << channels << " volume(s) (extents " << [&] {
+                 std::string s;
+                 for (int64_t e : ext) s += (s.empty() ? "" : "x") + std::to_string(e);
+                 return s;
+               }() << "): " << channels << " channel(s), the model expects " << mo.in_channels());
+      const io::Volume vol = io::read_nifti(j.input);
+      const Shape s = vol.data.shape();
+      const TilePlan plan = plan_tiles(s, sw);
+      if (a.memory_check) {  // host buffers: padded image, logit and weight sums, logits, probabilities
+        const double voxels = static_cast<double>(plan.padded[0] * plan.padded[1] * plan.padded[2]);
+        const double need = voxels * 4.0 * static_cast<double>(mo.in_channels() + 3 * K + 2);
+        const MemoryAvailable host = available_memory("cpu");
+        HG_CHECK(need <= static_cast<double>(host.bytes),
+                 "halfgrad-unet3d predict: " << j.input << ": a volume of " << shape_str(s) << " needs about "
+                                             << human_bytes(static_cast<uint64_t>(need)) << " of host memory to blend its "
+                                             << plan.num_tiles() << " tiles, but " << human_bytes(host.bytes)
+                                             << " is available (" << host.source << "); pass --no-memory-check to try anyway");
+      }
+      const Tensor image = io::zscore(vol.data).view_as_shape({1, s[0], s[1], s[2]});
+      ProgressBar bar("  " + j.name, plan.num_tiles() * (a.tta ? 8 : 1), a.progress);
+      const Network net = [&](const Tensor& x) {
+        NoGradGuard no_grad;
+        amp::AutocastGuard autocast(tm.mp.autocast);
+        return (*tm.model)(tm.mp.cast_input(where.input(x)));
+      };
+      const Tensor logits = sliding_window_logits(net, image, sw, [&](int64_t done, int64_t) {
+        bar.update(done * (a.tta ? 8 : 1));
+      });
+      bar.finish();
+      const Tensor labels = ops::argmax(logits, 0);  // (D, H, W) int64
+      io::write_label_nifti(j.output, labels, vol);
+      std::ostringstream line;
+      line << j.name << ": " << shape_str(s) << ", " << plan.num_tiles() << " tile(s), "
+           << fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2) << " s -> "
+           << j.output;
+      if (!j.probabilities.empty()) {
+        io::write_probabilities_nifti(j.probabilities, ops::softmax(logits, 0).contiguous(), vol);
+        line << ", " << j.probabilities;
+      }
+      io::Volume ref;
+      if (!j.labels.empty()) {
+        ref = io::read_label_nifti(j.labels, K);
+        HG_CHECK(ref.data.shape() == s, "halfgrad-unet3d predict: reference " << j.labels << " has shape "
+                                                                          << shape_str(ref.data.shape()) << ", image "
+                                                                          << j.input << " " << shape_str(s)
+                                                                          << "; expected the same voxel grid");
+        const std::vector<double> d = dice_per_class(labels, ref.data, K);
+        line << "; Dice";
+        for (size_t c = 0; c < d.size(); ++c) {
+          line << " " << (c + 1 < tm.class_names.size() ? tm.class_names[c + 1] : "class " + std::to_string(c + 1)) << " "
+               << fixed(d[c], 4);
+          dice_sum[c] += d[c];
+        }
+        ++scored;
+      }
+      if (!j.overlay.empty()) {
+        write_png(j.overlay, compose_overlay(vol.data, ref.data, labels));
+        line << ", " << j.overlay;
+      }
+      std::cout << line.str() << std::endl;
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << j.name << ": " << e.what() << std::endl;
+      failures.push_back(j.input);
+    }
+  }
+  if (!a.labels.empty() && scored > 0) {
+    std::vector<double> mean_per_class;
+    double mean = 0;
+    for (double d : dice_sum) {
+      mean_per_class.push_back(d / static_cast<double>(scored));
+      mean += mean_per_class.back();
+    }
+    mean /= std::max<size_t>(mean_per_class.size(), 1);
+    std::cout << nlohmann::json{{"volumes", scored}, {"dice", mean_per_class}, {"mean_dice", mean}}.dump() << std::endl;
+  }
+  if (failures.empty()) return 0;
+  std::cerr << "predict: " << failures.size() << " of " << jobs.size() << " volume(s) failed:";
+  for (const std::string& f : failures) std::cerr << " " << f;
+  std::cerr << std::endl;
+  return 1;
+}
+
+}  // namespace unet3d_app
