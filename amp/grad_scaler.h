@@ -60,6 +60,12 @@
 //                      whatever the scale (bad input, a diverged model) only ever halves S, silently in
 //                      PyTorch. When S first falls below 1 (gradients overflow even unscaled) it warns
 //                      once and scale_below_one() is true while it lasts.
+// Buffers on a skipped step (a departure from PyTorch's training loops, not from its GradScaler):
+// step() skips the optimizer, but the forward that overflowed has already folded its inf/NaN batch
+// statistics into BatchNorm's running_mean / running_var, which in PyTorch then stay NaN for good
+// (pytorch#115500). GradScaler sees only gradients, so the fix sits in the loop: nn::BufferSnapshot
+// (nn/buffer_snapshot.h) captured before the forward and restored when step() returns false makes a
+// skipped step change nothing but the loss scale. halfgrad-unet3d's train loop does this.
 // state_dict() adds "max_scale" (when set), "skip_warning_after" and "_consecutive_skipped" to
 // PyTorch's keys; PyTorch's load_state_dict ignores keys it does not know, and ours accepts a dict
 // without them (PyTorch's own), leaving those fields as constructed.

@@ -1,5 +1,6 @@
 // runtime_stub.cpp - runtime.h in a build without CUDA: nothing is available, every use says why.
 #include "core/cuda/runtime.h"
+#include "core/cuda/streams.h"
 #include "core/cuda/tensor_kernels.h"
 
 #include "core/error.h"
@@ -29,6 +30,34 @@ void reset_peak_stats() {}
 void empty_cache() {}
 int poison() { return -1; }
 void set_poison(int) { no_cuda("cuda::set_poison"); }
+
+// streams.h: nothing to allocate, record or wait on without CUDA. Destructors and moves of empty
+// handles do nothing.
+PinnedBuffer::PinnedBuffer(size_t) { no_cuda("cuda::PinnedBuffer"); }
+PinnedBuffer::~PinnedBuffer() = default;
+PinnedBuffer::PinnedBuffer(PinnedBuffer&&) noexcept {}
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&&) noexcept { return *this; }
+DeviceBuffer::DeviceBuffer(size_t) { no_cuda("cuda::DeviceBuffer"); }
+DeviceBuffer::~DeviceBuffer() = default;
+DeviceBuffer::DeviceBuffer(DeviceBuffer&&) noexcept {}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&&) noexcept { return *this; }
+Event::Event() { no_cuda("cuda::Event"); }
+Event::~Event() = default;
+Event::Event(Event&&) noexcept {}
+Event& Event::operator=(Event&&) noexcept { return *this; }
+void Event::record_on_main() { no_cuda("cuda::Event::record_on_main"); }
+void Event::record(const Stream&) { no_cuda("cuda::Event::record"); }
+void Event::synchronize() const { no_cuda("cuda::Event::synchronize"); }
+bool Event::query() const { no_cuda("cuda::Event::query"); }
+float Event::elapsed_ms_since(const Event&) const { no_cuda("cuda::Event::elapsed_ms_since"); }
+void main_stream_wait(const Event&) { no_cuda("cuda::main_stream_wait"); }
+Stream::Stream() { no_cuda("cuda::Stream"); }
+Stream::~Stream() = default;
+Stream::Stream(Stream&&) noexcept {}
+Stream& Stream::operator=(Stream&&) noexcept { return *this; }
+void Stream::wait(const Event&) { no_cuda("cuda::Stream::wait"); }
+void Stream::copy_h2d_async(void*, const void*, size_t) { no_cuda("cuda::Stream::copy_h2d_async"); }
+void Stream::synchronize() { no_cuda("cuda::Stream::synchronize"); }
 
 // tensor_kernels.h: unreachable without CUDA tensors, which a build without CUDA cannot make.
 void fill(void*, Dtype, int64_t, double) { no_cuda("fill_"); }

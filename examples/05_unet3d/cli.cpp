@@ -98,6 +98,12 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
       ->transform(decimal_integer(1, kMaxEvery));
   train->add_option("--max-minutes", t.max_minutes, "stop after the epoch that passes this much training time")
       ->transform(finite_number(0, false));
+  train->add_option("--workers", t.workers,
+                    "threads that build the next batches while a step runs (0: in the training thread; default 2 "
+                    "on cuda, 0 on the cpu, where they would compete with the compute threads)")
+      ->transform(decimal_integer(0, kMaxWorkers));
+  train->add_option("--prefetch", t.prefetch, "batches built ahead of the running step (default 2)")
+      ->transform(decimal_integer(1, kMaxWorkers));
   train->add_flag("!--no-progress", t.progress, "no per-step progress bar on stderr");
   train->add_flag("!--no-memory-check", t.memory_check,
                   "start even when the estimated memory (printed at start) exceeds what the device has free");

@@ -23,6 +23,7 @@ namespace unet3d_app {
 constexpr uint64_t kMaxEpochs = 1000000;
 constexpr uint64_t kMaxBatch = 1000000;        // the memory check refuses most of these long before
 constexpr uint64_t kMaxEvery = 1000000000;     // --val-every, --save-every, --grad-stats-every
+constexpr uint64_t kMaxWorkers = 64;           // --workers, --prefetch
 
 /// A CLI11 transform for an integer option: `s` must be decimal digits whose value lies in [lo, hi];
 /// it is rewritten without leading zeros, so CLI11's own conversion (which reads "010" as octal) sees

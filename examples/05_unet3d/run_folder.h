@@ -4,7 +4,8 @@
 // A run folder holds checkpoint.bin (model, optimizer, GradScaler state; its metadata's "epoch" is the
 // epoch its weights are from, and "metrics" the metrics.csv rows up to that epoch, less their time columns) and metrics.csv
 // (metrics.h: rewritten atomically right after each checkpoint, so it lists exactly the checkpoint's
-// epochs), plus, on request, the precision report's files (amp/precision_report.h). Writes go
+// epochs), plus, on request, the precision report's files (amp/precision_report.h), and after training the
+// curves (curves.h: curves.gp, curves.png). Writes go
 // through "<name>.tmp" and a rename; a process killed during one leaves that temp file behind.
 #pragma once
 #include <cstdint>
@@ -17,7 +18,8 @@ namespace unet3d_app {
 inline const std::vector<std::string>& run_file_names() {
   static const std::vector<std::string> names = {
       "checkpoint.bin",    "metrics.csv",    "precision_ops.csv", "precision_casts.csv", "loss_scale.csv",
-      "loss_scale.gp",     "loss_scale.png", "cast_bytes.csv",    "cast_bytes.gp",       "cast_bytes.png"};
+      "loss_scale.gp",     "loss_scale.png", "cast_bytes.csv",    "cast_bytes.gp",       "cast_bytes.png",
+      "curves.gp",         "curves.png"};
   return names;
 }
 

@@ -27,13 +27,16 @@
 #include "core/error.h"
 #include "core/json_checked.h"
 #include "core/nvtx.h"
+#include "examples/05_unet3d/curves.h"
 #include "examples/05_unet3d/data.h"
+#include "examples/05_unet3d/loader.h"
 #include "examples/05_unet3d/memory_estimate.h"
 #include "examples/05_unet3d/metrics.h"
 #include "examples/05_unet3d/overlay.h"
 #include "examples/05_unet3d/progress.h"
 #include "examples/05_unet3d/run_folder.h"
 #include "examples/05_unet3d/trained_model.h"
+#include "nn/buffer_snapshot.h"
 #include "nn/checkpoint.h"
 #include "nn/unet3d.h"
 #include "autograd/node.h"
@@ -90,6 +93,10 @@ static amp::OptLevel resolve_opt_level(const TrainArgs& a) {
                                                      << a.opt_level << " was given too; pass one of them");
   return level;
 }
+
+// --workers: on CUDA two threads keep the GPU fed; on the CPU a worker competes with the compute threads
+// for the same cores (bench/NOTES.md, "Issue 9: loader"), so batches are built in the training thread.
+static int default_workers(Device device) { return device == Device::CUDA ? 2 : 0; }
 
 static std::string fmt(double v, int prec = 4) {
   std::ostringstream os;
@@ -187,6 +194,19 @@ int run_train(const TrainArgs& a) {
   amp::PrecisionRecorder precision;
   int64_t global_step = 0;
 
+  // Batches: built ahead by worker threads (loader.h), in step order from global_step on.
+  LoaderOptions loader_options;
+  loader_options.workers = a.workers >= 0 ? static_cast<int>(a.workers) : default_workers(where.device);
+  loader_options.prefetch = static_cast<int>(a.prefetch);
+  loader_options.device = where.device;
+  BatchLoader loader([&](int64_t step, Tensor& x, Tensor& y) { make_training_batch(data, r, a.seed, step, x, y); },
+                     global_step, r.epochs * steps_per_epoch, loader_options);
+  StepGapTimer gpu_gaps(where.device == Device::CUDA);
+  // A step GradScaler skips changes nothing but the loss scale: the BatchNorm running statistics it
+  // folded in (inf/NaN when the forward overflowed, pytorch#115500) are put back (nn/buffer_snapshot.h).
+  std::optional<nn::BufferSnapshot> buffers_before;
+  if (scaler.is_enabled() && !model->buffers().empty()) buffers_before.emplace(*model);
+
   constexpr int64_t kMaxNonFiniteStreak = 50;  // GradScaler halves the scale each time: 2^16 -> 2^-34
   int64_t nonfinite_streak = 0;
   const auto t0 = Clock::now();
@@ -201,9 +221,11 @@ int run_train(const TrainArgs& a) {
       const double lr = lr_at(r, (epoch - 1) + static_cast<double>(step) / steps_per_epoch);
       for (auto& g : opt.param_groups()) g.options().set_lr(lr);
       Tensor x, y;
-      make_training_batch(data, r, a.seed, global_step, x, y);
+      loader.next(x, y);  // the batch of global_step
       x = where.input(x);
       y = where.labels(y);
+      gpu_gaps.step_start();
+      if (buffers_before) buffers_before->capture();
       ++global_step;
       amp::PrecisionRecorder::Observe observe(a.precision_report ? &precision : nullptr);
       autograd::DetectAnomalyGuard anomaly(a.detect_anomaly);
@@ -246,7 +268,9 @@ int run_train(const TrainArgs& a) {
         NvtxRange nvtx_range("optimizer step");
         stepped = scaler.step(opt);
       }
+      if (!stepped && buffers_before) buffers_before->restore();
       scaler.update();
+      gpu_gaps.step_end();
       precision.record_step(global_step, scale_used, !stepped, scaler.get_scale());
       if (!stepped) ++skipped;
       if (std::isfinite(l)) { loss_sum += l; ++counted; }
@@ -310,7 +334,20 @@ int run_train(const TrainArgs& a) {
       break;
     }
   }
+  std::cout << loader.stats().summary(loader_options.workers, loader_options.prefetch) << std::endl;
+  if (where.device == Device::CUDA) {
+    const double gap_s = gpu_gaps.finish();
+    std::cout << "gpu: idle " << fmt(gap_s, 3) << " s in total between steps (" << gpu_gaps.gaps() << " gaps, "
+              << fmt(gpu_gaps.gaps() ? 1000.0 * gap_s / gpu_gaps.gaps() : 0.0, 3)
+              << " ms per step; CUDA events from the end of a step's last op to the next step's batch on the device)"
+              << std::endl;
+  }
   if (grad_stats) std::cout << "gradient statistics: " << grad_stats->path() << std::endl;
+  if (saved_epoch > 0) {
+    const CurvesFiles curves = write_training_curves(a.out, data.class_names);
+    for (const std::string& f : curves.files) std::cout << "curves: " << f << std::endl;
+    if (!curves.note.empty()) std::cout << "curves: " << curves.note << std::endl;
+  }
   const uint64_t peak = (where.device == Device::CUDA ? cuda::allocator_stats().peak_allocated_bytes
                                                       : cpu_allocator_stats().peak_allocated_bytes) - baseline;
   std::cout << "memory: peak " << human_bytes(peak) << " of tensors (estimated "

@@ -25,6 +25,8 @@ struct TrainArgs {
   double max_minutes = 0;  // stop after this much training time (0 = no limit)
   bool progress = true;
   bool memory_check = true;  // refuse to start when memory_estimate.h's estimate exceeds the free memory
+  int64_t workers = -1;      // --workers N: batch-building threads (loader.h); -1 = default_workers(device)
+  int64_t prefetch = 2;      // --prefetch N: batches built ahead of the step that runs
   // Instruments of mixed precision (off by default):
   std::string grad_stats;         // --grad-stats FILE.csv: per-parameter gradient statistics (amp/grad_stats.h)
   int64_t grad_stats_every = 1;   // --grad-stats-every N: collect them every N optimizer steps
