@@ -53,7 +53,7 @@ const char* type_name(const nlohmann::json& j);
 std::string preview(const nlohmann::json& j, size_t max_chars = 60);
 
 /// A value inside an untrusted document, with the file it came from (`where`, e.g. the path of
-/// checkpoint.bin) and its path in the document ("model.channels[2]"; "" for the top level).
+/// model.safetensors) and its path in the document ("model.channels[2]"; "" for the top level).
 /// Accessors check the type and throw halfgrad::Error
 ///   "<where>: field '<path>' must be <type>, got <type>"      (wrong type)
 ///   "<where>: field '<path>' is missing; expected <type>"       (absent key)
