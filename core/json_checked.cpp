@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
+#include <vector>
 
 #include "core/error.h"
 
@@ -60,7 +62,19 @@ json parse(const char* data, size_t n, const std::string& where, const ParseLimi
            where << ": JSON nests arrays/objects more than " << limits.max_depth
                  << " levels deep; expected at most " << limits.max_depth);
   try {
-    return json::parse(data, data + n);
+    if (!limits.reject_duplicate_keys) return json::parse(data, data + n);
+    // One set of keys per open object; the callback sees every key before its value.
+    std::vector<std::set<std::string>> open_keys;
+    const json::parser_callback_t check_keys = [&](int, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::object_start) open_keys.emplace_back();
+      else if (event == json::parse_event_t::object_end && !open_keys.empty()) open_keys.pop_back();
+      else if (event == json::parse_event_t::key && !open_keys.empty()) {
+        HG_CHECK(open_keys.back().insert(parsed.get_ref<const std::string&>()).second,
+                 where << ": key " << preview(parsed) << " appears twice in one object; expected unique keys");
+      }
+      return true;
+    };
+    return json::parse(data, data + n, check_keys);
   } catch (const json::parse_error& e) {
     // e.byte is 1-based: the byte at which the parser stopped. Show up to 40 bytes before it.
     const size_t at = std::min<size_t>(e.byte > 0 ? e.byte - 1 : 0, n);

@@ -27,6 +27,9 @@ namespace halfgrad::json_checked {
 struct ParseLimits {
   size_t max_bytes = size_t{64} << 20;  // longer text is refused before parsing
   int max_depth = 64;                   // deeper nesting of arrays/objects is refused before parsing
+  /// Refuse an object that holds the same key twice (nlohmann would keep the last one silently;
+  /// a safetensors header must not name a tensor twice).
+  bool reject_duplicate_keys = false;
 };
 
 /// The deepest nesting of arrays and objects in `n` bytes of JSON text (brackets inside strings do
@@ -36,7 +39,9 @@ int nesting_depth(const char* data, size_t n, int limit);
 
 /// Parses `n` bytes as one JSON document. Throws halfgrad::Error starting "<where>: " when the text
 /// is longer than limits.max_bytes, nests deeper than limits.max_depth, or is not valid JSON
-/// (including invalid UTF-8 and numbers out of double's range).
+/// (including invalid UTF-8 and numbers out of double's range), or, with
+/// limits.reject_duplicate_keys, when an object repeats a key ("<where>: key \"k\" appears twice
+/// in one object").
 nlohmann::json parse(const char* data, size_t n, const std::string& where, const ParseLimits& limits);
 
 /// "null", "boolean", "integer", "number" (a float), "string", "array", "object", "binary".
@@ -48,7 +53,7 @@ const char* type_name(const nlohmann::json& j);
 std::string preview(const nlohmann::json& j, size_t max_chars = 60);
 
 /// A value inside an untrusted document, with the file it came from (`where`, e.g. the path of
-/// checkpoint.bin) and its path in the document ("model.channels[2]"; "" for the top level).
+/// model.safetensors) and its path in the document ("model.channels[2]"; "" for the top level).
 /// Accessors check the type and throw halfgrad::Error
 ///   "<where>: field '<path>' must be <type>, got <type>"      (wrong type)
 ///   "<where>: field '<path>' is missing; expected <type>"       (absent key)

@@ -3,9 +3,9 @@
 // run against an AMP run of halfgrad-unet3d).
 //
 //   build/examples/06_fp16_inspect demo                       # no files needed
-//   build/examples/06_fp16_inspect list    RUN/checkpoint.bin
-//   build/examples/06_fp16_inspect dump    RUN/checkpoint.bin enc.0.0.weight [--begin 0 --count 16]
-//   build/examples/06_fp16_inspect compare FP32RUN/checkpoint.bin AMPRUN/checkpoint.bin [--param NAME]
+//   build/examples/06_fp16_inspect list    RUN/model.safetensors
+//   build/examples/06_fp16_inspect dump    RUN/model.safetensors enc.0.0.weight [--begin 0 --count 16]
+//   build/examples/06_fp16_inspect compare FP32RUN/model.safetensors AMPRUN/model.safetensors [--param NAME]
 //                                          [--csv hist.csv]
 //
 // `compare` prints one line per parameter (max |w| in each file, max and relative L2 difference, the
@@ -90,9 +90,9 @@ int main(int argc, char** argv) {
   std::string path, path_b, param, csv;
   int64_t begin = 0, count = 16;
   auto* list_cmd = app.add_subcommand("list", "every parameter of a checkpoint: dtype, shape, max |w|");
-  list_cmd->add_option("checkpoint", path, "checkpoint.bin")->required();
+  list_cmd->add_option("checkpoint", path, "model.safetensors (or any halfgrad checkpoint)")->required();
   auto* dump_cmd = app.add_subcommand("dump", "FP16 fields of a parameter's values");
-  dump_cmd->add_option("checkpoint", path, "checkpoint.bin")->required();
+  dump_cmd->add_option("checkpoint", path, "model.safetensors (or any halfgrad checkpoint)")->required();
   dump_cmd->add_option("param", param, "parameter name (see list)")->required();
   dump_cmd->add_option("--begin", begin, "first flat index");
   dump_cmd->add_option("--count", count, "number of values");

@@ -1,10 +1,9 @@
-// checkpoint_fuzz.cpp - libFuzzer harness of the checkpoint loader (nn/checkpoint.h) and of what
-// `halfgrad-unet3d eval` reads from its metadata first (UNet3dOptions::from_json of "model").
-// The input is a checkpoint file whose last 8 bytes are replaced by the checksum of the others
-// (checkpoint_checksum), so that mutations reach the record and JSON parsing behind the checksum,
-// as a crafted file with a valid (unkeyed) checksum does. It is read with read_checkpoint and
-// loaded into a small module (load_checkpoint, whose seed checkpoint matches it). Only
-// halfgrad::Error may come out.
+// checkpoint_fuzz.cpp - libFuzzer harness of the safetensors reader (core/safetensors.h), of the
+// checkpoint loader built on it (nn/checkpoint.h), and of what `halfgrad-unet3d eval` reads from
+// the metadata first (UNet3dOptions::from_json of "model"). The input is a safetensors file (the
+// seeds: fuzz/make_corpus.cpp). It is read with safetensors::read_file, its halfgrad metadata
+// parsed, and it is loaded into a small module (load_checkpoint, whose seed checkpoint matches it).
+// Only halfgrad::Error may come out.
 #include <unistd.h>
 
 #include <cstdint>
@@ -16,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/json_checked.h"
+#include "core/safetensors.h"
 #include "fuzz/tiny_module.h"
 #include "nn/checkpoint.h"
 #include "nn/unet3d.h"
@@ -25,16 +25,16 @@ using namespace halfgrad;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path =
       (std::filesystem::temp_directory_path() / ("halfgrad_checkpoint_fuzz_" + std::to_string(::getpid()) + ".bin")).string();
-  std::vector<uint8_t> bytes(data, data + size);
-  if (size >= 8) {
-    const uint64_t sum = nn::checkpoint_checksum(bytes.data(), size - 8);
-    std::memcpy(bytes.data() + size - 8, &sum, 8);
-  }
+  const std::vector<uint8_t> bytes(data, data + size);
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return 0;
   const bool written = std::fwrite(bytes.data(), 1, size, f) == size;
   std::fclose(f);
   if (!written) return 0;
+  try {
+    safetensors::read_file(path);
+  } catch (const Error&) {
+  }
   try {
     const nlohmann::json meta = nn::read_checkpoint_metadata(path);
     const json_checked::Field m(meta, path);

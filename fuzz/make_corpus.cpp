@@ -71,10 +71,10 @@ int main(int argc, char** argv) {
                                {"volume_shape", {8, 8, 8}}, {"class_names", {"background", "a", "b"}},
                                {"fp32_ops", nlohmann::json::array()}, {"val_mean_dice", 0.5}};
   nn::UNet3d unet(opts, gen);
-  nn::save_checkpoint((out / "checkpoint/unet_width2.ckpt").string(), unet, meta);
+  nn::save_checkpoint((out / "checkpoint/unet_width2.safetensors").string(), unet, meta);
   fuzz::TinyModule tiny;
-  nn::save_checkpoint((out / "checkpoint/tiny_module.ckpt").string(), tiny, meta,
-                      {{"optim.exp_avg.head.weight", Tensor::zeros({3, 2, 1, 1, 1})}});
+  nn::save_checkpoint((out / "checkpoint/tiny_module.safetensors").string(), tiny, meta,
+                      {{"optim.state.0.exp_avg", Tensor::zeros({3, 2, 1, 1, 1})}});
   for (const auto& e : fs::recursive_directory_iterator(out))
     if (e.is_regular_file()) std::cout << e.path().string() << "  " << e.file_size() << " bytes\n";
   return 0;

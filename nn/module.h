@@ -31,12 +31,14 @@
 #include <utility>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "core/tensor.h"
 
 namespace halfgrad::nn {
 
-/// (name, tensor) pairs in a deterministic order: the form of named_parameters() and named_buffers().
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+/// (name, tensor) pairs in a deterministic order: the form of named_parameters() and named_buffers()
+/// (defined in core/safetensors.h, whose files hold them).
+using NamedTensors = halfgrad::NamedTensors;
 
 class Module;
 using NamedModules = std::vector<std::pair<std::string, std::shared_ptr<Module>>>;

@@ -65,7 +65,7 @@ struct UNet3dOptions {
   /// "<where>: field '<path>.<key>' must be an integer, got string" (json_checked::Field) for a
   /// missing key or a wrong type, an unknown norm name, or a value outside the bounds below; the
   /// message never holds a dump of the input. The first form names "UNet3dOptions::from_json" and
-  /// the top level; the second the file and path that `f` carries (e.g. checkpoint.bin, "model").
+  /// the top level; the second the file and path that `f` carries (e.g. model.safetensors, "model").
   static UNet3dOptions from_json(const nlohmann::json& j);
   static UNet3dOptions from_json(const json_checked::Field& f);
   /// from_json's bounds: every width, in_channels, num_classes and bottleneck in [1, 4096], and 1 to

@@ -48,19 +48,19 @@ void AdamWOptions::from_json(const json_checked::Field& j) {
   master_weights_ = j.has("master_weights") ? j["master_weights"].as_bool() : true;  // absent in PyTorch's dicts
 }
 
-nlohmann::json AdamWParamState::to_json() const {
-  nlohmann::json j = OptimizerParamState::to_json();
+nlohmann::json AdamWParamState::to_json(StateTensorCodec& codec, const std::string& index) const {
+  nlohmann::json j = OptimizerParamState::to_json(codec, index);
   j["step"] = step;
-  j["exp_avg"] = tensor_to_json(exp_avg);
-  j["exp_avg_sq"] = tensor_to_json(exp_avg_sq);
+  j["exp_avg"] = codec.put(index, "exp_avg", exp_avg);
+  j["exp_avg_sq"] = codec.put(index, "exp_avg_sq", exp_avg_sq);
   return j;
 }
 
-void AdamWParamState::from_json(const json_checked::Field& j) {
-  OptimizerParamState::from_json(j);
+void AdamWParamState::from_json(const json_checked::Field& j, StateTensorCodec& codec) {
+  OptimizerParamState::from_json(j, codec);
   step = j["step"].as_int(0, std::numeric_limits<int64_t>::max());
-  exp_avg = tensor_from_json(j["exp_avg"]);
-  exp_avg_sq = tensor_from_json(j["exp_avg_sq"]);
+  exp_avg = codec.get(j["exp_avg"]);
+  exp_avg_sq = codec.get(j["exp_avg_sq"]);
 }
 
 void AdamWParamState::check_matches(const Tensor& param, const std::string& where) const {

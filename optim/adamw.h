@@ -71,8 +71,8 @@ struct AdamWParamState : OptimizerParamState {
   Tensor exp_avg_sq;   // v
   /// As the base, but also accepts the pure-FP16 layout of master_weights(false): a Float16 parameter
   /// without a master and with Float16 moments of its shape.
-  nlohmann::json to_json() const override;
-  void from_json(const json_checked::Field& j) override;
+  nlohmann::json to_json(StateTensorCodec& codec, const std::string& index) const override;
+  void from_json(const json_checked::Field& j, StateTensorCodec& codec) override;
   void check_matches(const Tensor& param, const std::string& where) const override;
   std::vector<Tensor*> tensors() override { return {&master, &exp_avg, &exp_avg_sq}; }
 };

@@ -10,15 +10,51 @@ namespace halfgrad::optim {
 
 // ---- state ------------------------------------------------------------------------------------
 
-nlohmann::json OptimizerParamState::to_json() const {
+namespace {
+
+// Tensors inline, as base64 (state_dict()).
+class Base64Codec : public StateTensorCodec {
+ public:
+  nlohmann::json put(const std::string&, const std::string&, const Tensor& t) override { return tensor_to_json(t); }
+  Tensor get(const json_checked::Field& j) override { return tensor_from_json(j); }
+};
+
+// Tensors into / out of a NamedTensors list, the JSON holding their names (state_dict(tensors, prefix)).
+class ListCodec : public StateTensorCodec {
+ public:
+  ListCodec(NamedTensors* out, std::string prefix) : out_(out), prefix_(std::move(prefix)) {}
+  explicit ListCodec(const NamedTensors& in) {
+    for (const auto& [n, t] : in) in_[n] = &t;
+  }
+  nlohmann::json put(const std::string& index, const std::string& field, const Tensor& t) override {
+    std::string name = prefix_ + "state." + index + "." + field;
+    out_->emplace_back(name, t);
+    return name;
+  }
+  Tensor get(const json_checked::Field& j) override {
+    const std::string name = j.as_string();
+    auto it = in_.find(name);
+    if (it == in_.end()) j.fail("names tensor '" + name + "', which is not among the saved tensors");
+    return it->second->clone();  // the list may hold another optimizer's live state: never share it
+  }
+
+ private:
+  NamedTensors* out_ = nullptr;
+  std::string prefix_;
+  std::unordered_map<std::string, const Tensor*> in_;
+};
+
+}  // namespace
+
+nlohmann::json OptimizerParamState::to_json(StateTensorCodec& codec, const std::string& index) const {
   nlohmann::json j = nlohmann::json::object();
-  if (master.defined()) j["master"] = tensor_to_json(master);
+  if (master.defined()) j["master"] = codec.put(index, "master", master);
   return j;
 }
 
-void OptimizerParamState::from_json(const json_checked::Field& j) {
+void OptimizerParamState::from_json(const json_checked::Field& j, StateTensorCodec& codec) {
   j.require_object();
-  master = j.has("master") ? tensor_from_json(j["master"]) : Tensor();
+  master = j.has("master") ? codec.get(j["master"]) : Tensor();
 }
 
 void OptimizerParamState::check_matches(const Tensor& param, const std::string& where) const {
@@ -114,6 +150,26 @@ const OptimizerParamState* Optimizer::param_state(const Tensor& param) const {
 }
 
 nlohmann::json Optimizer::state_dict() const {
+  Base64Codec codec;
+  return state_dict_with(codec);
+}
+
+nlohmann::json Optimizer::state_dict(NamedTensors& tensors, const std::string& prefix) const {
+  ListCodec codec(&tensors, prefix);
+  return state_dict_with(codec);
+}
+
+void Optimizer::load_state_dict(const nlohmann::json& sd) {
+  Base64Codec codec;
+  load_state_dict_with(sd, codec);
+}
+
+void Optimizer::load_state_dict(const nlohmann::json& sd, const NamedTensors& tensors) {
+  ListCodec codec(tensors);
+  load_state_dict_with(sd, codec);
+}
+
+nlohmann::json Optimizer::state_dict_with(StateTensorCodec& codec) const {
   nlohmann::json state = nlohmann::json::object();
   nlohmann::json groups = nlohmann::json::array();
   int64_t index = 0;
@@ -123,7 +179,7 @@ nlohmann::json Optimizer::state_dict() const {
     std::vector<int64_t> ids;
     for (const Tensor& p : group.params()) {
       auto it = state_.find(p.impl());
-      if (it != state_.end()) state[std::to_string(index)] = it->second->to_json();
+      if (it != state_.end()) state[std::to_string(index)] = it->second->to_json(codec, std::to_string(index));
       ids.push_back(index++);
     }
     g["params"] = ids;
@@ -132,7 +188,7 @@ nlohmann::json Optimizer::state_dict() const {
   return {{"state", std::move(state)}, {"param_groups", std::move(groups)}};
 }
 
-void Optimizer::load_state_dict(const nlohmann::json& sd) {
+void Optimizer::load_state_dict_with(const nlohmann::json& sd, StateTensorCodec& codec) {
   const json_checked::Field root(sd, std::string(name_) + "::load_state_dict");
   root.require_object("an object with \"state\" and \"param_groups\"");
   const json_checked::Field groups = root["param_groups"];
@@ -163,7 +219,7 @@ void Optimizer::load_state_dict(const nlohmann::json& sd) {
       const std::string key = std::to_string(index++);
       if (!saved_state.has(key)) continue;
       auto s = make_param_state();
-      s->from_json(saved_state[key]);
+      s->from_json(saved_state[key], codec);
       s->check_matches(p, name_ + std::string("::load_state_dict: parameter ") + key);
       // Saved as host NCDHW: back onto the parameter's device and into its memory format.
       for (Tensor* t : s->tensors())

@@ -34,16 +34,16 @@ void SGDOptions::from_json(const json_checked::Field& j) {
   nesterov_ = j["nesterov"].as_bool();
 }
 
-nlohmann::json SGDParamState::to_json() const {
-  nlohmann::json j = OptimizerParamState::to_json();
-  j["momentum_buffer"] = momentum_buffer.defined() ? tensor_to_json(momentum_buffer) : nlohmann::json();
+nlohmann::json SGDParamState::to_json(StateTensorCodec& codec, const std::string& index) const {
+  nlohmann::json j = OptimizerParamState::to_json(codec, index);
+  j["momentum_buffer"] = momentum_buffer.defined() ? codec.put(index, "momentum_buffer", momentum_buffer) : nlohmann::json();
   return j;
 }
 
-void SGDParamState::from_json(const json_checked::Field& j) {
-  OptimizerParamState::from_json(j);
+void SGDParamState::from_json(const json_checked::Field& j, StateTensorCodec& codec) {
+  OptimizerParamState::from_json(j, codec);
   const json_checked::Field b = j["momentum_buffer"];
-  momentum_buffer = b.value().is_null() ? Tensor() : tensor_from_json(b);
+  momentum_buffer = b.value().is_null() ? Tensor() : codec.get(b);
 }
 
 void SGDParamState::check_matches(const Tensor& param, const std::string& where) const {

@@ -49,8 +49,8 @@ class SGDOptions : public OptimizerOptions {
 
 struct SGDParamState : OptimizerParamState {
   Tensor momentum_buffer;  // undefined until the first step with momentum != 0
-  nlohmann::json to_json() const override;
-  void from_json(const json_checked::Field& j) override;
+  nlohmann::json to_json(StateTensorCodec& codec, const std::string& index) const override;
+  void from_json(const json_checked::Field& j, StateTensorCodec& codec) override;
   void check_matches(const Tensor& param, const std::string& where) const override;
   std::vector<Tensor*> tensors() override { return {&master, &momentum_buffer}; }
 };

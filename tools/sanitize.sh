@@ -45,7 +45,7 @@ if [ "${SANITIZE_SMOKE:-0}" = 1 ]; then
   run_dir=$(mktemp -d)
   trap 'rm -rf "$run_dir"' EXIT
   build-asan/examples/halfgrad-unet3d train --out "$run_dir" --epochs 1 --no-progress
-  build-asan/examples/halfgrad-unet3d eval --checkpoint "$run_dir/checkpoint.bin"
+  build-asan/examples/halfgrad-unet3d eval --checkpoint "$run_dir/model.safetensors"
   echo "sanitize.sh: halfgrad-unet3d smoke run took $(($(date +%s) - tested)) s"
 fi
 echo "sanitize.sh: no sanitizer findings"

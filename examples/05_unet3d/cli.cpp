@@ -1,5 +1,7 @@
 #include "examples/05_unet3d/cli.h"
 
+#include "examples/05_unet3d/resume.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -65,12 +67,19 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   train = app.add_subcommand("train", "train a U-Net; prints per-epoch loss, skipped steps, loss scale, Dice");
   train->add_option("--data", t.data, "MSD dataset folder (dataset.json, imagesTr/, labelsTr/); default: mricron-data");
   train->add_option("--out", t.out,
-                    "run folder for checkpoint.bin and metrics.csv; a folder that holds an earlier run is refused "
-                    "unless --overwrite is given")
-      ->required();
+                    "run folder for model.safetensors, training_state.safetensors and metrics.csv; a folder that "
+                    "holds an earlier run is refused unless --overwrite is given (required unless --resume)");
   train->add_flag("--overwrite", t.overwrite,
-                  "replace the earlier run in --out: its files (checkpoint.bin, metrics.csv, precision report) "
-                  "are removed once the data has loaded");
+                  "replace the earlier run in --out: its files (model.safetensors, training_state.safetensors, "
+                  "metrics.csv, precision report) are removed once the data has loaded");
+  train->add_option("--resume", t.resume,
+                    "continue the run in RUN_DIR from its last checkpoint with the options it was started with "
+                    "(bit-identical to a run that never stopped); only --epochs N (train until epoch N), "
+                    "--save-every, --max-minutes, --stop-after-epoch, --no-progress, --no-memory-check may be given");
+  train->add_option("--stop-after-epoch", t.stop_after_epoch,
+                    "save and stop after epoch K, as if stopped there; the LR schedule stays that of --epochs, so "
+                    "--resume continues the same run")
+      ->transform(decimal_integer(1, kMaxEpochs));
   train->add_option("--epochs", t.epochs, "epochs (default: the recipe's)")->transform(decimal_integer(1, kMaxEpochs));
   train->add_option("--batch", t.batch, "batch size (default: the recipe's)")->transform(decimal_integer(1, kMaxBatch));
   train->add_option("--lr", t.lr, "peak AdamW learning rate (default: the recipe's)")->transform(finite_number(0, true));
@@ -88,13 +97,14 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
       ->check(CLI::IsMember({"ndhwc", "ncdhw"}));
   train->add_option("--seed", t.seed, "random seed (init, patches, flips)")
       ->transform(decimal_integer(0, std::numeric_limits<uint64_t>::max()));
-  train->add_option("--config", t.config, "recipe: cpu (2-core machine) or reference (the PyTorch reference's)")
-      ->check(CLI::IsMember({"cpu", "reference"}));
+  train->add_option("--config", t.config,
+                    "recipe: cpu (2-core machine), reference (the PyTorch reference's) or tiny (for tests)")
+      ->check(CLI::IsMember({"cpu", "reference", "tiny"}));
   train->add_option("--val-every", t.val_every, "validate every N epochs (default: the recipe's)")
       ->transform(decimal_integer(1, kMaxEvery));
   train->add_option("--save-every", t.save_every,
-                    "write checkpoint.bin (and metrics.csv with it) every N epochs and after the last (default 1; "
-                    "the checkpoint holds the optimizer state, so on a GPU writing it can take as long as an epoch)")
+                    "write model.safetensors and training_state.safetensors (and metrics.csv with them) every N "
+                    "epochs and after the last (default 1)")
       ->transform(decimal_integer(1, kMaxEvery));
   train->add_option("--max-minutes", t.max_minutes, "stop after the epoch that passes this much training time")
       ->transform(finite_number(0, false));
@@ -119,7 +129,10 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   EvalArgs& e = eval_args;
   eval = app.add_subcommand("eval", "Dice of a checkpoint on every pair of an MSD folder; prints one JSON line");
   eval->add_option("--data", e.data, "MSD dataset folder (default: the mricron-data validation slab)");
-  eval->add_option("--checkpoint", e.checkpoint, "checkpoint.bin written by train")->required();
+  eval->add_option("--checkpoint", e.checkpoint,
+                   "model.safetensors written by train (or its run folder), or a PyTorch UNet3D state_dict saved "
+                   "with safetensors")
+      ->required();
   eval->add_option("--device", e.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   eval->add_option("--overlay", e.overlay,
                    "folder for a PNG per volume: the slice with most foreground, image | label | prediction");
@@ -153,10 +166,18 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
 void CommandLine::parse(const std::vector<std::string>& args) {
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's vector form takes them last first
   app.parse(reversed);
-  if (*train) check_train_args(train_args);
+  if (*train) {
+    for (const CLI::Option* o : train->get_options())
+      if (o->count() > 0 && o->get_name() != "--help") train_args.given.push_back(o->get_name());
+    check_train_args(train_args);
+  }
 }
 
 void check_train_args(const TrainArgs& a) {
+  HG_CHECK(a.resume.empty() != a.out.empty(),
+           "halfgrad-unet3d train: " << (a.resume.empty() ? "--out RUN_DIR is required (or --resume RUN_DIR)"
+                                                          : "--resume RUN_DIR continues the run in RUN_DIR; drop --out"));
+  check_resume_args(a);
   HG_CHECK(!(a.device == "cpu" && a.memory_format == "ndhwc"),
            "halfgrad-unet3d train: --memory-format ndhwc asks for channels-last activations, but with --device cpu "
            "every op runs NCDHW (channels-last is a CUDA layout here); drop --memory-format, or use --device cuda");

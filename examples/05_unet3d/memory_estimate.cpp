@@ -64,7 +64,6 @@ double forward_elements(const halfgrad::nn::UNet3dOptions& m, double voxels) {
 //                                          48x64x48 O1 50.8 MB (1.21), O2 44.7 MB (1.24), O3 44.7 MB (1.24)
 //   whole runs (halfgrad-unet3d train --config reference --batch 2 on 5 hippocampus pairs, its
 //   printed "memory: peak"): 48x64x48 O0 511.1 MiB (1.05), O1 364.5 MiB (1.09).
-// The checkpoint-write term is not calibrated: it counts the base64 text of the moments twice.
 // Extrapolated (linear in voxels): the forward of a 256^3 volume is estimated at 5.7 GiB with the cpu
 // recipe's widths and 7.5 GiB with the reference's (the 16 KB header-only file took 8.4 GB).
 // Beyond the model state, one training-step element costs 4.38 bytes at O0 (an FP32 tensor each, and
@@ -75,7 +74,6 @@ constexpr double kForwardBytesPerElement[4] = {4.4, 4.0, 4.0, 4.0};
 // Model state, bytes per parameter (see the header).
 constexpr double kStateBytesPerParameter[4] = {16, 18, 16, 8};
 constexpr double kWeightBytesPerParameter[4] = {4, 4, 2, 2};  // eval: the parameters only
-constexpr double kCheckpointBytesPerParameter = 32;  // moments as base64 JSON, dumped once more
 
 uint64_t to_bytes(double b) {
   if (!(b < 1.8e19)) return std::numeric_limits<uint64_t>::max();
@@ -97,7 +95,7 @@ uint64_t saturating_add(uint64_t a, uint64_t b) {
 }  // namespace
 
 uint64_t MemoryEstimate::total() const {
-  return saturating_add(saturating_add(model_state, std::max(training_step, forward)), checkpoint_write);
+  return saturating_add(model_state, std::max(training_step, forward));
 }
 
 std::string MemoryEstimate::describe() const {
@@ -105,7 +103,6 @@ std::string MemoryEstimate::describe() const {
   os << human_bytes(total()) << " (model state " << human_bytes(model_state);
   if (!step_what.empty()) os << ", training step of " << step_what << " " << human_bytes(training_step);
   os << ", forward of " << forward_what << " " << human_bytes(forward);
-  if (checkpoint_write) os << ", checkpoint write " << human_bytes(checkpoint_write);
   os << ")";
   return os.str();
 }
@@ -121,7 +118,6 @@ MemoryEstimate estimate_train_memory(const halfgrad::nn::UNet3dOptions& model, i
   m.training_step =
       to_bytes(static_cast<double>(batch) * kTrainBytesPerElement[l] * training_elements(model, voxels_of(step_shape)));
   m.forward = to_bytes(kForwardBytesPerElement[l] * forward_elements(model, voxels_of(forward_shape)));
-  m.checkpoint_write = on_cuda ? 0 : to_bytes(kCheckpointBytesPerParameter * p);
   m.step_what = "batch " + std::to_string(batch) + " at " + shape_text(step_shape);
   m.forward_what = shape_text(forward_shape);
   return m;

@@ -2,7 +2,7 @@
 // so that `train --batch 100000` or a volume whose header claims 256^3 voxels fails at once with the
 // figures, instead of growing until the kernel's OOM killer ends the process.
 //
-//   train = model state + max(training step, validation forward) + checkpoint write (CPU runs)
+//   train = model state + max(training step, validation forward)
 //     model state      parameters, gradients, AdamW moments and master weights: bytes per parameter
 //                      by opt level (16 O0, 18 O1 = 16 + the FP16 weight copies autocast makes,
 //                      16 O2 = FP16 weights and gradients + FP32 masters and moments, 8 O3)
@@ -10,8 +10,8 @@
 //                      set), from the element count of the U-Net's tensors at the patch (or whole
 //                      volume) shape, times bytes per element calibrated against measured peaks
 //     validation       the forward (no autograd tape) of the largest validation volume, batch 1
-//     checkpoint write the optimizer state is base64 JSON in the checkpoint: about 32 bytes per
-//                      parameter of host memory while checkpoint.bin is written
+//     (the checkpoint is written from the tensors themselves on the CPU, through one host copy
+//     of one tensor at a time from CUDA: core/safetensors.h; no term)
 //   eval  = parameters + the forward of the largest volume
 //
 // The calibration (memory_estimate.cpp) keeps the estimate an upper bound of the measured peak of
@@ -34,8 +34,7 @@ struct MemoryEstimate {
   uint64_t model_state = 0;       // parameters, gradients, optimizer state
   uint64_t training_step = 0;     // the batch's activations and backward's working set (0 for eval)
   uint64_t forward = 0;           // validation / evaluation forward of the largest volume
-  uint64_t checkpoint_write = 0;  // host memory while checkpoint.bin is written (0 for eval and CUDA)
-  uint64_t total() const;         // model_state + max(training_step, forward) + checkpoint_write
+  uint64_t total() const;         // model_state + max(training_step, forward)
   /// "3.1 GiB (model state 48.5 MiB, training step of batch 4 at 32x48x32 2.9 GiB, ...)".
   std::string describe() const;
   std::string step_what, forward_what;  // "batch 4 at 32x48x32", "48x64x48": for describe()
@@ -44,8 +43,8 @@ struct MemoryEstimate {
 /// The estimate of `halfgrad-unet3d train`. model: the U-Net's options (num_classes set);
 /// num_parameters: UNet3d(model).num_parameters(); step_shape: the training patch or, without
 /// patches, the volume shape (z, y, x); batch >= 1; forward_shape: the largest validation volume;
-/// on_cuda: the model and activations are on the GPU (the checkpoint write then uses host memory and
-/// is not counted). Saturates at UINT64_MAX instead of overflowing.
+/// on_cuda: the model and activations are on the GPU (the same estimate today: kept so that a
+/// device-specific term has its place). Saturates at UINT64_MAX instead of overflowing.
 MemoryEstimate estimate_train_memory(const halfgrad::nn::UNet3dOptions& model, int64_t num_parameters,
                                      const std::array<int64_t, 3>& step_shape, int64_t batch,
                                      const std::array<int64_t, 3>& forward_shape, halfgrad::amp::OptLevel level,

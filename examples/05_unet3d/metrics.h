@@ -51,6 +51,10 @@ class MetricsTable {
   /// elapsed_seconds (which differ from run to run), for a checkpoint's metadata.
   nlohmann::json to_json() const;
   size_t size() const { return rows_.size(); }
+  /// The rows as csv() writes them (with their time columns), for train --resume's state.
+  const std::vector<std::string>& rows() const { return rows_; }
+  /// Puts back rows() saved by an earlier process of the same run (train --resume).
+  void restore_rows(std::vector<std::string> rows) { rows_ = std::move(rows); }
 
  private:
   std::vector<std::string> class_names_;

@@ -23,7 +23,21 @@ Recipe recipe_by_name(const std::string& name) {
     r.val_every = 1;
     return r;
   }
-  HG_FAIL("halfgrad-unet3d: unknown --config '" << name << "'; expected one of: cpu, reference");
+  if (name == "tiny") {
+    r.model = halfgrad::nn::UNet3dOptions().channels({4, 8}).bottleneck(16);
+    r.patch = {16, 16, 16};
+    r.foreground_prob = 0.67;
+    r.batch = 2;
+    r.flip_axes = {2};
+    r.epochs = 4;
+    r.default_data_epochs = 4;
+    r.warmup_epochs = 1;
+    r.cosine = true;
+    r.samples_per_epoch = 8;
+    r.val_every = 1;
+    return r;
+  }
+  HG_FAIL("halfgrad-unet3d: unknown --config '" << name << "'; expected one of: cpu, reference, tiny");
 }
 
 }  // namespace unet3d_app

@@ -43,10 +43,10 @@ RunFolderContents inspect_run_folder(const std::string& dir) {
     if (fs::exists(fs::path(dir) / name, ec)) c.run_files.push_back(name);
     if (fs::exists(fs::path(dir) / (name + ".tmp"), ec)) c.stale_temps.push_back(name + ".tmp");
   }
-  const fs::path ckpt = fs::path(dir) / "checkpoint.bin";
+  const fs::path ckpt = fs::path(dir) / "model.safetensors";
   if (fs::exists(ckpt, ec)) {
     std::ostringstream os;
-    os << "checkpoint.bin (";
+    os << "model.safetensors (";
     try {
       const nlohmann::json meta = halfgrad::nn::read_checkpoint_metadata(ckpt.string());
       if (meta.is_object() && meta.contains("epoch")) os << "epoch " << meta.at("epoch").dump();
@@ -70,13 +70,13 @@ RunFolderContents inspect_run_folder(const std::string& dir) {
   return c;
 }
 
-// "checkpoint.bin (epoch 12 of recipe "cpu", 12.7 MiB), metrics.csv (12 epoch rows), loss_scale.csv"
+// "model.safetensors (epoch 12 of recipe "cpu", 12.7 MiB), metrics.csv (12 epoch rows), loss_scale.csv"
 static std::string describe_contents(const RunFolderContents& c) {
   std::vector<std::string> parts;
   if (!c.checkpoint_summary.empty()) parts.push_back(c.checkpoint_summary);
   if (!c.metrics_summary.empty()) parts.push_back(c.metrics_summary);
   for (const std::string& f : c.run_files)
-    if (f != "checkpoint.bin" && f != "metrics.csv") parts.push_back(f);
+    if (f != "model.safetensors" && f != "metrics.csv") parts.push_back(f);
   std::string s;
   for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
   return s;
@@ -94,32 +94,41 @@ void check_run_folder(const std::string& dir, bool overwrite) {
                                        "another --out folder");
 }
 
-std::vector<std::string> prepare_run_folder(const std::string& dir, bool overwrite) {
-  check_run_folder(dir, overwrite);
-  const RunFolderContents c = inspect_run_folder(dir);
-  std::vector<std::string> notes;
+namespace {
+
+void remove_run_file(const std::string& dir, const std::string& name) {
   std::error_code ec;
-  auto remove = [&](const std::string& name) {
-    const fs::path p = fs::path(dir) / name;
-    fs::remove(p, ec);
-    HG_CHECK(!ec, "halfgrad-unet3d train: cannot remove " << p.string() << " (" << ec.message()
-                                                          << "); remove it by hand");
-  };
-  for (const std::string& tmp : c.stale_temps) {
+  const fs::path p = fs::path(dir) / name;
+  fs::remove(p, ec);
+  HG_CHECK(!ec, "halfgrad-unet3d train: cannot remove " << p.string() << " (" << ec.message() << "); remove it by hand");
+}
+
+}  // namespace
+
+std::vector<std::string> remove_stale_temps(const std::string& dir) {
+  std::vector<std::string> notes;
+  for (const std::string& tmp : inspect_run_folder(dir).stale_temps) {
     const uint64_t n = file_size_or_zero(fs::path(dir) / tmp);
-    remove(tmp);
+    remove_run_file(dir, tmp);
     notes.push_back("removed " + (fs::path(dir) / tmp).string() + " (" + human_bytes(n) +
                     "), left by an interrupted write");
   }
+  return notes;
+}
+
+std::vector<std::string> prepare_run_folder(const std::string& dir, bool overwrite) {
+  check_run_folder(dir, overwrite);
+  const RunFolderContents c = inspect_run_folder(dir);
+  std::vector<std::string> notes = remove_stale_temps(dir);
   if (!c.run_files.empty()) {
-    for (const std::string& f : c.run_files) remove(f);
+    for (const std::string& f : c.run_files) remove_run_file(dir, f);
     notes.push_back("--overwrite: removed the earlier run in " + dir + ": " + describe_contents(c));
   }
   return notes;
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {
-  // As nn/checkpoint.cpp's writer: temp file, fsync, rename, fsync of the folder, so that after a kill
+  // As core/safetensors.cpp's writer: temp file, fsync, rename, fsync of the folder, so that after a kill
   // or a power cut the file holds either its old text or the new one.
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");

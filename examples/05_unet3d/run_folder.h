@@ -1,12 +1,13 @@
 // run_folder.h - what `halfgrad-unet3d train --out DIR` may do to DIR: continue or refuse, never
 // overwrite a run without being asked (the behaviour nnU-Net and MONAI users expect).
 //
-// A run folder holds checkpoint.bin (model, optimizer, GradScaler state; its metadata's "epoch" is the
-// epoch its weights are from, and "metrics" the metrics.csv rows up to that epoch, less their time columns) and metrics.csv
-// (metrics.h: rewritten atomically right after each checkpoint, so it lists exactly the checkpoint's
-// epochs), plus, on request, the precision report's files (amp/precision_report.h), and after training the
-// curves (curves.h: curves.gp, curves.png). Writes go
-// through "<name>.tmp" and a rename; a process killed during one leaves that temp file behind.
+// A run folder holds model.safetensors (the weights; its metadata's "epoch" is the epoch they are
+// from), training_state.safetensors (model, optimizer and GradScaler state for --resume, and the
+// metrics rows up to its epoch: run_checkpoint.h) and metrics.csv (metrics.h: rewritten atomically
+// right after each checkpoint, so it lists exactly the checkpoint's epochs), plus, on request, the
+// precision report's files (amp/precision_report.h), and after training the curves (curves.h:
+// curves.gp, curves.png). Writes go through "<name>.tmp" and a rename; a process killed during one
+// leaves that temp file behind.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,16 +18,16 @@ namespace unet3d_app {
 /// The files of DIR a training run writes, by name.
 inline const std::vector<std::string>& run_file_names() {
   static const std::vector<std::string> names = {
-      "checkpoint.bin",    "metrics.csv",    "precision_ops.csv", "precision_casts.csv", "loss_scale.csv",
-      "loss_scale.gp",     "loss_scale.png", "cast_bytes.csv",    "cast_bytes.gp",       "cast_bytes.png",
-      "curves.gp",         "curves.png"};
+      "model.safetensors", "training_state.safetensors", "metrics.csv", "precision_ops.csv", "precision_casts.csv",
+      "loss_scale.csv",    "loss_scale.gp",  "loss_scale.png", "cast_bytes.csv",    "cast_bytes.gp",
+      "cast_bytes.png",    "curves.gp",      "curves.png"};
   return names;
 }
 
 struct RunFolderContents {
   std::vector<std::string> run_files;    // names of run_file_names() present in the folder
   std::vector<std::string> stale_temps;  // "<run file>.tmp" present: left by an interrupted write
-  std::string checkpoint_summary;        // "checkpoint.bin (epoch 12 of recipe 'cpu', 12.7 MiB)", or why unreadable
+  std::string checkpoint_summary;        // "model.safetensors (epoch 12 of recipe "cpu", 12.7 MiB)", or why unreadable
   std::string metrics_summary;           // "metrics.csv (12 epoch rows)"
 };
 
@@ -41,9 +42,13 @@ void check_run_folder(const std::string& dir, bool overwrite);
 
 /// check_run_folder, then makes the folder ready for a new run: removes the stale temp files and,
 /// with `overwrite`, the earlier run's files, so that the folder never mixes two runs. Returns one
-/// note per file removed, e.g. "removed RUN/checkpoint.bin.tmp (22.1 MiB), left by an interrupted
+/// note per file removed, e.g. "removed RUN/model.safetensors.tmp (22.1 MiB), left by an interrupted
 /// write". Throws halfgrad::Error naming the file when one cannot be removed.
 std::vector<std::string> prepare_run_folder(const std::string& dir, bool overwrite);
+
+/// Removes the "<run file>.tmp" files a killed write left in `dir` (train --resume calls it; a
+/// fresh run does it through prepare_run_folder). Returns one note per file removed.
+std::vector<std::string> remove_stale_temps(const std::string& dir);
 
 /// Writes `text` to `path` through "<path>.tmp", fsync, a rename (atomic on POSIX) and an fsync of the
 /// folder: a reader, even after a kill or a power cut, sees the old file or the new one, never half of

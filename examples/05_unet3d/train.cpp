@@ -34,6 +34,8 @@
 #include "examples/05_unet3d/metrics.h"
 #include "examples/05_unet3d/overlay.h"
 #include "examples/05_unet3d/progress.h"
+#include "examples/05_unet3d/resume.h"
+#include "examples/05_unet3d/run_checkpoint.h"
 #include "examples/05_unet3d/run_folder.h"
 #include "examples/05_unet3d/trained_model.h"
 #include "nn/buffer_snapshot.h"
@@ -106,7 +108,10 @@ static std::string fmt(double v, int prec = 4) {
   return os.str();
 }
 
-int run_train(const TrainArgs& a) {
+int run_train(const TrainArgs& cli_args) {
+  // --resume: the run's own options, from its training state (resume.h).
+  const TrainArgs a = cli_args.resume.empty() ? cli_args : resumed_args(cli_args, read_run_training_meta(cli_args.resume));
+  const bool resuming = !a.resume.empty();
   Recipe r = recipe_by_name(a.config);
   if (a.data.empty()) r.epochs = r.default_data_epochs;
   if (a.epochs > 0) r.epochs = a.epochs;
@@ -114,7 +119,7 @@ int run_train(const TrainArgs& a) {
   if (a.lr > 0) r.lr = a.lr;
   if (a.val_every > 0) r.val_every = a.val_every;
   HG_CHECK(!a.out.empty(), "halfgrad-unet3d train: --out RUN_DIR is required");
-  check_run_folder(a.out, a.overwrite);  // refuse at once, before the data loads
+  if (!resuming) check_run_folder(a.out, a.overwrite);  // refuse at once, before the data loads
   const amp::OptLevel level = resolve_opt_level(a);
   apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, nullptr);  // bad names fail before the data loads
   const Placement where = make_placement(a.device, a.memory_format, "train");
@@ -183,14 +188,14 @@ int run_train(const TrainArgs& a) {
   if (!a.grad_stats.empty()) grad_stats.emplace(a.grad_stats);
   // Last of the steps that can fail on the user's options: only now is an earlier run removed
   // (--overwrite) and are stale temp files cleaned.
-  for (const std::string& note : prepare_run_folder(a.out, a.overwrite)) std::cout << "note: " << note << std::endl;
+  for (const std::string& note : resuming ? remove_stale_temps(a.out) : prepare_run_folder(a.out, a.overwrite))
+    std::cout << "note: " << note << std::endl;
   // metrics.csv is rewritten (atomically) right after each checkpoint, with the rows up to the
-  // checkpoint's epoch, which the checkpoint's metadata holds too (less the time columns). A process
-  // killed between the two renames leaves metrics.csv one save behind the checkpoint; the
-  // checkpoint's copy is then the complete one.
+  // checkpoint's epoch, which training_state.safetensors holds too. A process killed between the
+  // renames leaves metrics.csv one save behind; --resume rewrites it from the training state's rows.
   const std::string csv_path = a.out + "/metrics.csv";
   MetricsTable metrics(data.class_names);
-  int64_t saved_epoch = 0;  // the epoch whose weights checkpoint.bin holds (0: none written by this run)
+  int64_t saved_epoch = 0;  // the epoch whose weights model.safetensors holds (0: none written yet)
   amp::PrecisionRecorder precision;
   int64_t global_step = 0;
 
@@ -209,10 +214,34 @@ int run_train(const TrainArgs& a) {
 
   constexpr int64_t kMaxNonFiniteStreak = 50;  // GradScaler halves the scale each time: 2^16 -> 2^-34
   int64_t nonfinite_streak = 0;
-  const auto t0 = Clock::now();
   double best = -1, last = -1;
   int64_t best_epoch = 0, last_epoch = 0;
-  for (int64_t epoch = 1; epoch <= r.epochs; ++epoch) {
+  int64_t start_epoch = 1;
+  double elapsed_before = 0;  // training time of the earlier processes of a resumed run
+  if (resuming) {
+    // Model, optimizer and scaler as they were after the saved epoch; the batches continue from the
+    // saved step (a batch is a function of the seed and the step: make_training_batch).
+    const nlohmann::json saved = load_run_checkpoint(a.out, *model, opt, scaler);
+    const json_checked::Field m(saved, a.out + "/" + kTrainingStateFile);
+    saved_epoch = m["epoch"].as_int(1, r.epochs - 1);
+    start_epoch = saved_epoch + 1;
+    global_step = m["step"].as_int(0, INT64_MAX);
+    HG_CHECK(global_step == saved_epoch * steps_per_epoch,
+             "halfgrad-unet3d train --resume " << a.out << ": the training state is at step " << global_step
+                 << " after epoch " << saved_epoch << ", but this data gives " << steps_per_epoch
+                 << " steps per epoch; was --data changed?");
+    metrics.restore_rows(m["metrics_rows"].as_string_list());
+    best = m["best_dice"].as_number();
+    best_epoch = m["best_epoch"].as_int();
+    last = m["last_dice"].as_number();
+    last_epoch = m["last_epoch"].as_int();
+    nonfinite_streak = m["nonfinite_streak"].as_int();
+    elapsed_before = m["elapsed_seconds"].as_number();
+    std::cout << "resume: " << a.out << " after epoch " << saved_epoch << " of " << r.epochs << " (step "
+              << global_step << ", loss scale " << scaler.get_scale() << ")" << std::endl;
+  }
+  const auto t0 = Clock::now();
+  for (int64_t epoch = start_epoch; epoch <= r.epochs; ++epoch) {
     const auto te = Clock::now();
     double loss_sum = 0;
     int64_t skipped = 0, counted = 0, nonfinite = 0;
@@ -245,7 +274,7 @@ int run_train(const TrainArgs& a) {
         // long streak means the weights or the data are broken, not the scale.
         HG_CHECK(scaler.is_enabled(), "halfgrad-unet3d train: the loss is " << l << " at epoch " << epoch << ", step "
                                           << step + 1 << " (lr " << lr << "); stopping before the update: "
-                                          << (saved_epoch > 0 ? a.out + "/checkpoint.bin keeps the weights of epoch " +
+                                          << (saved_epoch > 0 ? a.out + "/model.safetensors keeps the weights of epoch " +
                                                                     std::to_string(saved_epoch)
                                                               : "this run wrote no checkpoint into " + a.out)
                                           << "; lower --lr");
@@ -288,7 +317,7 @@ int run_train(const TrainArgs& a) {
     double mean = 0;
     for (double d : dice) mean += d;
     if (!dice.empty()) mean /= dice.size();
-    const double epoch_s = seconds_since(te), elapsed = seconds_since(t0);
+    const double epoch_s = seconds_since(te), elapsed = elapsed_before + seconds_since(t0);
 
     std::ostringstream line;
     line << "epoch " << epoch << "/" << r.epochs << "  loss " << fmt(train_loss) << "  skipped " << skipped
@@ -314,23 +343,34 @@ int run_train(const TrainArgs& a) {
     row.elapsed_seconds = elapsed;
     metrics.add(row);
 
-    const bool stopping = a.max_minutes > 0 && elapsed > a.max_minutes * 60 && epoch < r.epochs;
-    if (epoch % a.save_every == 0 || epoch == r.epochs || stopping) {
-      nlohmann::json meta = {{"recipe", r.name},        {"model", r.model.to_json()}, {"epoch", epoch},
-                             {"amp", level != amp::OptLevel::O0}, {"opt_level", amp::opt_level_name(level)},
-                             {"fp32_ops", a.fp32_ops},  {"fp32_modules", a.fp32_modules},
-                             {"volume_shape", r.volume_shape},
-                             {"class_names", data.class_names}, {"scaler", scaler.state_dict()},
-                             {"optimizer", opt.state_dict()}, {"val_mean_dice", mean},
-                             {"metrics", metrics.to_json()}};
-      nn::save_checkpoint(a.out + "/checkpoint.bin", *model, meta);
-      write_file_atomic(csv_path, metrics.csv());
-      saved_epoch = epoch;
-    }
     if (do_val) { last = mean; last_epoch = epoch; }
     if (do_val && mean > best) { best = mean; best_epoch = epoch; }
+    const bool out_of_time = a.max_minutes > 0 && seconds_since(t0) > a.max_minutes * 60;
+    const bool stopping = epoch < r.epochs && (out_of_time || epoch == a.stop_after_epoch);
+    if (epoch % a.save_every == 0 || epoch == r.epochs || stopping) {
+      // model.safetensors' metadata: what eval needs, and nothing that differs between two equal runs
+      // (no times), so that same options and seed give the same bytes.
+      const nlohmann::json model_meta = {{"recipe", r.name},        {"model", r.model.to_json()}, {"epoch", epoch},
+                                         {"amp", level != amp::OptLevel::O0}, {"opt_level", amp::opt_level_name(level)},
+                                         {"fp32_ops", a.fp32_ops},  {"fp32_modules", a.fp32_modules},
+                                         {"volume_shape", r.volume_shape},
+                                         {"class_names", data.class_names}, {"val_mean_dice", mean}};
+      // training_state's: what --resume needs (resume.h).
+      const nlohmann::json train_meta = {{"args", train_args_to_json(a)},   {"epochs", r.epochs},
+                                         {"epoch", epoch},                   {"step", global_step},
+                                         {"metrics_rows", metrics.rows()},   {"best_dice", best},
+                                         {"best_epoch", best_epoch},         {"last_dice", last},
+                                         {"last_epoch", last_epoch},         {"nonfinite_streak", nonfinite_streak},
+                                         {"elapsed_seconds", elapsed}};
+      const RunCheckpointWrite w = save_run_checkpoint(a.out, *model, opt, scaler, model_meta, train_meta);
+      write_file_atomic(csv_path, metrics.csv());
+      saved_epoch = epoch;
+      std::cout << "checkpoint: " << w.describe() << std::endl;
+    }
     if (stopping) {
-      std::cout << "stopping: --max-minutes " << a.max_minutes << " reached after epoch " << epoch << std::endl;
+      if (out_of_time) std::cout << "stopping: --max-minutes " << a.max_minutes << " reached after epoch " << epoch;
+      else std::cout << "stopping: --stop-after-epoch " << epoch;
+      std::cout << "; continue with: halfgrad-unet3d train --resume " << a.out << std::endl;
       break;
     }
   }
@@ -351,7 +391,7 @@ int run_train(const TrainArgs& a) {
   const uint64_t peak = (where.device == Device::CUDA ? cuda::allocator_stats().peak_allocated_bytes
                                                       : cpu_allocator_stats().peak_allocated_bytes) - baseline;
   std::cout << "memory: peak " << human_bytes(peak) << " of tensors (estimated "
-            << human_bytes(need.total() - need.checkpoint_write) << ")" << std::endl;
+            << human_bytes(need.total()) << ")" << std::endl;
   if (a.precision_report) {
     const amp::PrecisionReportFiles files = precision.write(a.out);
     std::cout << precision.summary_text();
@@ -360,13 +400,14 @@ int run_train(const TrainArgs& a) {
   }
   std::cout << "done in " << fmt(seconds_since(t0), 1) << " s; validation mean Dice " << fmt(last) << " at epoch "
             << last_epoch << " (the checkpoint's; best " << fmt(best) << " at epoch " << best_epoch << "); checkpoint "
-            << a.out << "/checkpoint.bin, metrics " << a.out << "/metrics.csv" << std::endl;
+            << a.out << "/model.safetensors, metrics " << a.out << "/metrics.csv" << std::endl;
   return 0;
 }
 
 int run_eval(const EvalArgs& a) {
   const Placement where = make_placement(a.device, "ndhwc", "eval");
   TrainedModel tm = load_trained_model(a.checkpoint, where, "eval");
+  if (!tm.inferred.empty()) std::cerr << "eval: " << a.checkpoint << ": " << tm.inferred << std::endl;
   const Recipe& r = tm.recipe;
   nn::UNet3d* model = tm.model.get();
   const amp::OptLevel level = tm.level;

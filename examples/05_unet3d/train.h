@@ -7,7 +7,7 @@ namespace unet3d_app {
 
 struct TrainArgs {
   std::string data;        // MSD folder; empty = embedded default (mricron-data)
-  std::string out;         // run folder: checkpoint.bin, metrics.csv (run_folder.h)
+  std::string out;         // run folder: model.safetensors, training_state.safetensors, metrics.csv (run_folder.h)
   bool overwrite = false;  // --overwrite: replace an earlier run in `out` instead of refusing
   std::string config = "cpu";
   std::string device = "cpu";   // --device cpu|cuda
@@ -32,6 +32,10 @@ struct TrainArgs {
   int64_t grad_stats_every = 1;   // --grad-stats-every N: collect them every N optimizer steps
   bool precision_report = false;  // --precision-report: write amp/precision_report.h's files into `out`
   bool detect_anomaly = false;    // --detect-anomaly: anomaly mode (autograd/anomaly.h) in every training step
+  // Stopping and continuing (resume.h):
+  int64_t stop_after_epoch = 0;   // --stop-after-epoch K: save and stop after epoch K (0 = run to the end)
+  std::string resume;             // --resume RUN_DIR: continue that run (its options, from training_state)
+  std::vector<std::string> given; // the options given on the command line ("--epochs"), set by CommandLine::parse
 };
 
 struct EvalArgs {

@@ -4,7 +4,11 @@
 #include "amp/autocast.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include <filesystem>
+#include <map>
+
 #include "core/json_checked.h"
+#include "core/safetensors.h"
 #include "nn/checkpoint.h"
 
 namespace unet3d_app {
@@ -36,8 +40,61 @@ void apply_fp32_lists(amp::OptLevel level, const std::vector<std::string>& ops_f
 }
 
 
-TrainedModel load_trained_model(const std::string& path, const Placement& where, const char* cmd) {
-  nlohmann::json meta = nn::read_checkpoint_metadata(path);
+namespace {
+
+// UNet3dOptions of a state_dict written by PyTorch's reference UNet3D (see load_trained_model).
+nn::UNet3dOptions infer_options(const safetensors::Header& h, const std::string& where, std::string* said) {
+  std::map<std::string, const safetensors::Entry*> by_name;
+  for (const auto& e : h.entries) by_name[e.name] = &e;
+  auto shape_of = [&](const std::string& name, size_t dims) -> const Shape& {
+    auto it = by_name.find(name);
+    HG_CHECK(it != by_name.end(), where << ": no halfgrad metadata and no tensor '" << name
+                                        << "'; expected halfgrad's model.safetensors or a PyTorch UNet3D state_dict");
+    HG_CHECK(it->second->shape.size() == dims, where << ": tensor '" << name << "' has shape " << shape_str(it->second->shape)
+                                                     << "; a UNet3D's has " << dims << " dimensions");
+    return it->second->shape;
+  };
+  nn::UNet3dOptions o;
+  std::vector<int64_t> channels;
+  for (size_t l = 0; by_name.count("enc." + std::to_string(l) + ".0.weight"); ++l)
+    channels.push_back(shape_of("enc." + std::to_string(l) + ".0.weight", 5)[0]);
+  HG_CHECK(!channels.empty(), where << ": no halfgrad metadata and no tensor 'enc.0.0.weight'; expected halfgrad's "
+                                       "model.safetensors or a PyTorch UNet3D state_dict");
+  o.channels(channels);
+  o.in_channels(shape_of("enc.0.0.weight", 5)[1]);
+  o.bottleneck(shape_of("bott.0.weight", 5)[0]);
+  o.num_classes(shape_of("head.weight", 5)[0]);
+  o.norm(by_name.count("enc.0.1.running_mean") ? nn::NormKind::Batch
+         : by_name.count("enc.0.0.bias")        ? nn::NormKind::None
+                                                : nn::NormKind::Instance);
+  for (const auto& e : h.entries)
+    HG_CHECK(e.dtype == kFloat32 || e.name.find("num_batches_tracked") != std::string::npos,
+             where << ": tensor '" << e.name << "' is " << dtype_name(e.dtype)
+                   << "; a state_dict without halfgrad metadata is read as an FP32 (O0) model");
+  *said = "no halfgrad metadata (a PyTorch state_dict?): inferred UNet3d " + o.describe() +
+          ", recipe 'reference', volume 48x64x48, O0 (FP32 weights)";
+  return o;
+}
+
+}  // namespace
+
+TrainedModel load_trained_model(const std::string& path_or_dir, const Placement& where, const char* cmd) {
+  const std::string path = std::filesystem::is_directory(path_or_dir) ? path_or_dir + "/model.safetensors" : path_or_dir;
+  const safetensors::Header header = safetensors::read_header(path);
+  if (!header.metadata.count(nn::kMetadataKey)) {
+    TrainedModel t;
+    t.recipe = recipe_by_name("reference");
+    t.recipe.model = infer_options(header, std::string("halfgrad-unet3d ") + cmd + ": " + path, &t.inferred);
+    t.recipe.volume_shape = {48, 64, 48};
+    t.model = std::make_shared<nn::UNet3d>(t.recipe.model);
+    t.level = amp::OptLevel::O0;
+    t.mp = amp::apply_opt_level_to_model(t.level, *t.model);
+    nn::load_checkpoint(path, *t.model);
+    t.model->to(where.device);
+    t.model->eval();
+    return t;
+  }
+  nlohmann::json meta = nn::read_checkpoint_metadata(path, header.metadata);
   for (const char* key : {"recipe", "model", "volume_shape"})
     HG_CHECK(meta.is_object() && meta.contains(key),
              "halfgrad-unet3d " << cmd << ": " << path << " has no \"" << key

@@ -41,11 +41,24 @@ struct TrainedModel {
   halfgrad::amp::OptLevelSetup mp;        // the autocast setting and input cast of `level`
   std::shared_ptr<halfgrad::nn::UNet3d> model;  // on the placement's device, in eval() mode
   std::vector<std::string> class_names;   // class_names[0] is background; empty when the file has none
+
+  /// How the model was found: "" for halfgrad's own file; for a foreign one a line saying what was
+  /// inferred ("no halfgrad metadata (a PyTorch state_dict?): inferred channels {...}, ...").
+  std::string inferred;
 };
 
-/// Loads the checkpoint at `path` (written by `halfgrad-unet3d train`), rebuilds its U-Net with the
-/// options and precision it was trained with and moves it to `where`. Throws halfgrad::Error naming
-/// `cmd` and the file when it cannot be read or lacks what is needed (json_checked names the field).
+/// Loads model.safetensors at `path` (a run folder means RUN_DIR/model.safetensors), rebuilds its
+/// U-Net and moves it to `where`:
+///   - written by `halfgrad-unet3d train` (metadata "halfgrad" present): with the options, precision
+///     and FP32 lists it was trained with;
+///   - written by PyTorch (safetensors.torch.save_file(UNet3D().state_dict()), no halfgrad metadata):
+///     the options are inferred from the tensors - levels and widths from enc.<i>.0.weight,
+///     in_channels from enc.0.0.weight's dim 1, bottleneck from bott.0.weight, num_classes from
+///     head.weight, the norm from enc.0.1.running_mean (batch) or enc.0.0.bias (none) or neither
+///     (instance); recipe 'reference', volume_shape 48x64x48 (the reference's), level O0 (FP32
+///     weights; other dtypes are refused). `inferred` says what was assumed.
+/// Loading is strict (nn::load_checkpoint). Throws halfgrad::Error naming `cmd` and the file when it
+/// cannot be read or lacks what is needed (json_checked names the field, the loader the tensor).
 TrainedModel load_trained_model(const std::string& path, const Placement& where, const char* cmd);
 
 }  // namespace unet3d_app

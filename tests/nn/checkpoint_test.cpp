@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/json_checked.h"
+#include "core/safetensors.h"
 #include "fuzz/tiny_module.h"
 #include "tests/check_error.h"
 #include "nn/nn.h"
@@ -53,20 +54,32 @@ void write_all(const std::string& path, const std::vector<char>& data) {
   std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
 }
 
-// A checkpoint with no tensors and `json` as its extra JSON text (json_len = its size unless
-// given), with a valid checksum: what anyone can craft, since the checksum has no key.
-void craft_checkpoint(const std::string& path, const std::string& json, uint64_t json_len = UINT64_MAX) {
-  std::vector<char> b = {'\x89', 'H', 'G', 'C', 'K', 'P', 'T', '\n'};
-  auto put = [&](const void* p, size_t n) { b.insert(b.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n); };
-  const uint32_t version = 1, count = 0;
-  const uint64_t len = json_len == UINT64_MAX ? json.size() : json_len;
-  put(&version, 4);
-  put(&count, 4);
-  put(&len, 8);
-  put(json.data(), json.size());
-  const uint64_t sum = nn::checkpoint_checksum(b.data(), b.size());
-  put(&sum, 8);
+// `text` as a JSON string literal, escaped by hand: nlohmann's dump() refuses invalid UTF-8, which
+// the tests below must be able to put into a file.
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20) { char buf[8]; std::snprintf(buf, sizeof buf, "\\u%04x", c); out += buf; }
+    else out += c;
+  }
+  return out + "\"";
+}
+
+// A safetensors file with the header text `header` and the buffer `buffer`.
+void craft_safetensors(const std::string& path, const std::string& header, const std::string& buffer = "") {
+  std::vector<char> b(8);
+  const uint64_t n = header.size();
+  std::memcpy(b.data(), &n, 8);
+  b.insert(b.end(), header.begin(), header.end());
+  b.insert(b.end(), buffer.begin(), buffer.end());
   write_all(path, b);
+}
+
+// A checkpoint with no tensors and `json` as its extra JSON text (__metadata__["halfgrad"]): what
+// anyone can craft.
+void craft_checkpoint(const std::string& path, const std::string& json) {
+  craft_safetensors(path, "{\"__metadata__\": {\"halfgrad\": " + json_string(json) + "}}");
 }
 
 }  // namespace
@@ -139,8 +152,8 @@ TEST_CASE("nn: checkpoint truncated at any point throws a clear error and leaves
   nn::save_checkpoint(path, *a, {{"k", "v"}});
   const std::vector<char> full = read_all(path);
   const auto before = snapshot(*b);
-  // Prefixes ending in the header, a record's header, name, shape, data, the JSON and the checksum:
-  // every length up to 64 bytes, then every 13th, then each of the last 16.
+  // Prefixes ending in the header size, the header JSON and inside the tensor bytes: every length up
+  // to 64 bytes, then every 13th, then each of the last 16.
   std::vector<size_t> cuts;
   for (size_t n = 0; n < full.size(); n += (n < 64 ? 1 : 13)) cuts.push_back(n);
   for (size_t n = full.size() - 16; n < full.size(); ++n) cuts.push_back(n);
@@ -154,7 +167,7 @@ TEST_CASE("nn: checkpoint truncated at any point throws a clear error and leaves
   CHECK_THROWS_WITH_AS(nn::load_checkpoint(cut, *b), doctest::Contains("truncated"), Error);
 }
 
-TEST_CASE("nn: checkpoint rejects a foreign file, a newer version, a flipped byte and trailing bytes") {
+TEST_CASE("nn: checkpoint rejects a foreign file, trailing bytes and a folder") {
   TempDir dir;
   const std::string path = dir.file("m.hgc"), bad = dir.file("bad.hgc");
   nn::Conv3d m(nn::Conv3dOptions(1, 2, 3));
@@ -162,24 +175,42 @@ TEST_CASE("nn: checkpoint rejects a foreign file, a newer version, a flipped byt
   const std::vector<char> good = read_all(path);
 
   write_all(bad, std::vector<char>{'{', '"', 'a', '"', ':', '1', '}', '\n', ' ', ' ', ' ', ' '});
-  CHECK_THROWS_WITH_AS(nn::load_checkpoint(bad, m), doctest::Contains("not a halfgrad checkpoint"), Error);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(bad, m), doctest::Contains("are accepted (not a safetensors file"), Error);
 
   std::vector<char> v = good;
-  v[8] = 2;  // version 2
-  write_all(bad, v);
-  CHECK_THROWS_WITH_AS(nn::load_checkpoint(bad, m), doctest::Contains("version 2 is not supported"), Error);
-
-  v = good;
-  v[v.size() / 2] ^= 0x10;  // one bit inside the weight's bytes
-  write_all(bad, v);
-  CHECK_THROWS_WITH_AS(nn::load_checkpoint(bad, m), doctest::Contains("checksum mismatch"), Error);
-
-  v = good;
   v.push_back(0);
   write_all(bad, v);
-  CHECK_THROWS_WITH_AS(nn::load_checkpoint(bad, m), doctest::Contains("unexpected bytes"), Error);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(bad, m), doctest::Contains("trailing bytes belong to no tensor"), Error);
 
-  CHECK_THROWS_WITH_AS(nn::load_checkpoint(dir.path.string(), m), doctest::Contains("read_checkpoint"), Error);
+  CHECK_THROWS_WITH_AS(nn::load_checkpoint(dir.path.string(), m), doctest::Contains("not a regular file"), Error);
+}
+
+TEST_CASE("nn: checkpoint is a safetensors file with the module's names, its kinds and extra JSON in __metadata__") {
+  TempDir dir;
+  const std::string path = dir.file("m.safetensors");
+  auto bn = std::make_shared<nn::Sequential>();
+  bn->push_back(std::make_shared<nn::Conv3d>(nn::Conv3dOptions(1, 2, 3)));
+  bn->push_back(std::make_shared<nn::BatchNorm3d>(nn::BatchNorm3dOptions(2)));
+  nn::save_checkpoint(path, *bn, {{"epoch", 3}}, {{"optim.x", Tensor::zeros({2})}});
+  const safetensors::Header h = safetensors::read_header(path);
+  std::vector<std::string> names;
+  for (const auto& e : h.entries) names.push_back(e.name);
+  CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
+                                          "1.num_batches_tracked", "optim.x"});
+  CHECK(h.entries[6].dtype == kInt64);
+  CHECK(h.entries[6].shape.empty());  // PyTorch's 0-dim int64 counter
+  CHECK(h.metadata.at("halfgrad") == "{\"epoch\":3}");
+  CHECK(h.metadata.at("halfgrad_buffers") == "[\"1.running_mean\",\"1.running_var\",\"1.num_batches_tracked\"]");
+  CHECK(h.metadata.at("halfgrad_extra_tensors") == "[\"optim.x\"]");
+
+  // Without halfgrad's kinds (a file PyTorch wrote), the module decides which tensor is a buffer.
+  safetensors::Contents c = safetensors::read_file(path);
+  c.tensors.pop_back();
+  safetensors::write_file(dir.file("torch.safetensors"), c.tensors);
+  const nn::CheckpointState st = nn::read_checkpoint(dir.file("torch.safetensors"));
+  CHECK_FALSE(st.kinds_from_file);
+  CHECK(st.buffers.size() == 3);  // guessed from PyTorch's BatchNorm names
+  nn::load_checkpoint(dir.file("torch.safetensors"), *bn);
 }
 
 TEST_CASE("nn: checkpoint with a wrong shape names the tensor and both shapes; module unchanged") {
@@ -256,10 +287,13 @@ TEST_CASE("nn: checkpoint whose metadata nests 100,000 arrays is an Error before
   testing::check_error([&] { nn::read_checkpoint_metadata(path); }, {"more than 64 levels deep"});
   craft_checkpoint(path, "{\"s\": \"" + std::string(1000, '[') + "\\\"\"}");
   CHECK(nn::read_checkpoint_metadata(path).at("s").get<std::string>().size() == 1001);
-  // A JSON length beyond the limit is refused before anything is read or parsed.
-  craft_checkpoint(path, "", uint64_t{1} << 31);
+  // A header size beyond the limit is refused before anything is read or parsed.
+  std::vector<char> b(16, ' ');
+  const uint64_t n = uint64_t{1} << 31;
+  std::memcpy(b.data(), &n, 8);
+  write_all(path, b);
   testing::check_error([&] { nn::read_checkpoint_metadata(path); },
-                       {path, "the extra JSON is 2147483648 bytes; the limit is 1073741824"});
+                       {path, "the header size field says 2147483648 bytes; at most 100000000 are accepted"});
 }
 
 TEST_CASE("nn: checkpoint metadata of the wrong type names the file and the field, never nlohmann's text") {
@@ -327,25 +361,20 @@ TEST_CASE("nn: checkpoint metadata that is not valid JSON is an Error with a bou
 TEST_CASE("nn: checkpoint fuzz seeds load (TinyModule, width-2 U-Net rebuilt from its metadata); findings end in an Error") {
   const std::string dir = HALFGRAD_SOURCE_DIR "/fuzz/corpus/checkpoint/";
   fuzz::TinyModule tiny;
-  nn::load_checkpoint(dir + "tiny_module.ckpt", tiny);
-  const nlohmann::json meta = nn::read_checkpoint_metadata(dir + "unet_width2.ckpt");
-  const nn::UNet3dOptions o = nn::UNet3dOptions::from_json(json_checked::Field(meta, "unet_width2.ckpt")["model"]);
+  nn::load_checkpoint(dir + "tiny_module.safetensors", tiny);
+  const nlohmann::json meta = nn::read_checkpoint_metadata(dir + "unet_width2.safetensors");
+  const nn::UNet3dOptions o = nn::UNet3dOptions::from_json(json_checked::Field(meta, "unet_width2.safetensors")["model"]);
   CHECK(o.channels() == std::vector<int64_t>{2});
   nn::UNet3d unet(o);
-  nn::load_checkpoint(dir + "unet_width2.ckpt", unet);
-  // Inputs a fuzzer crashed on, replayed as checkpoint_fuzz does (last 8 bytes = the checksum).
+  nn::load_checkpoint(dir + "unet_width2.safetensors", unet);
+  // Inputs a fuzzer crashed on, replayed as checkpoint_fuzz does.
   std::error_code ec;
   const fs::path findings = HALFGRAD_SOURCE_DIR "/tests/data/fuzz/checkpoint_fuzz";
   if (!fs::is_directory(findings, ec)) return;
   TempDir tmp;
   for (const auto& e : fs::directory_iterator(findings)) {
     CAPTURE(e.path().string());
-    std::vector<char> b = read_all(e.path().string());
-    if (b.size() >= 8) {
-      const uint64_t sum = nn::checkpoint_checksum(b.data(), b.size() - 8);
-      std::memcpy(b.data() + b.size() - 8, &sum, 8);
-    }
-    write_all(tmp.file("finding.bin"), b);
+    write_all(tmp.file("finding.bin"), read_all(e.path().string()));
     try {
       const nlohmann::json m = nn::read_checkpoint_metadata(tmp.file("finding.bin"));
       if (m.is_object() && m.contains("model")) nn::UNet3dOptions::from_json(json_checked::Field(m, "f")["model"]);
@@ -359,30 +388,16 @@ TEST_CASE("nn: checkpoint fuzz seeds load (TinyModule, width-2 U-Net rebuilt fro
   }
 }
 
-TEST_CASE("nn: checkpoint record whose extents multiply past 2^63 is an Error, with no overflow on the way") {
-  // checkpoint_fuzz found this: the extents were multiplied after the overflow check had already
-  // failed (signed overflow, undefined behaviour); tests/data/fuzz/checkpoint_fuzz/ holds its inputs.
+TEST_CASE("nn: checkpoint tensor whose extents multiply past 2^63 is an Error, with no overflow on the way") {
+  // checkpoint_fuzz found this in the old format: the extents were multiplied after the overflow
+  // check had already failed (signed overflow, undefined behaviour). The safetensors reader checks
+  // each multiplication the same way.
   TempDir dir;
   const std::string path = dir.file("huge_shape.bin");
-  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
-           {int64_t{1} << 62, int64_t{1} << 62, 4}, {0, int64_t{1} << 62, int64_t{1} << 62}, {int64_t{1} << 60, 8, 0}}) {
-    CAPTURE(shape_str(shape));
-    std::vector<char> b = {'\x89', 'H', 'G', 'C', 'K', 'P', 'T', '\n'};
-    auto put = [&](const void* p, size_t n) { b.insert(b.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n); };
-    const uint32_t version = 1, count = 1, name_len = 1;
-    put(&version, 4);
-    put(&count, 4);
-    const uint8_t rec[4] = {0, 0, static_cast<uint8_t>(shape.size()), 0};  // parameter, float32, ndim
-    put(rec, 4);
-    put(&name_len, 4);
-    put("w", 1);
-    for (int64_t e : shape) put(&e, 8);
-    const uint64_t nbytes = 0, json_len = 0;
-    put(&nbytes, 8);
-    put(&json_len, 8);
-    const uint64_t sum = nn::checkpoint_checksum(b.data(), b.size());
-    put(&sum, 8);
-    write_all(path, b);
-    testing::check_error([&] { nn::read_checkpoint(path); }, {"read_checkpoint: " + path, "parameter 'w': shape [", "is too large"});
+  for (const char* shape : {"[4611686018427387904, 4611686018427387904, 4]", "[0, 4611686018427387904, 4611686018427387904]",
+                                   "[1152921504606846976, 8, 0]"}) {
+    CAPTURE(shape);
+    craft_safetensors(path, "{\"w\": {\"dtype\": \"F32\", \"shape\": " + std::string(shape) + ", \"data_offsets\": [0, 0]}}");
+    testing::check_error([&] { nn::read_checkpoint(path); }, {"safetensors: " + path, "tensor 'w': shape [", "is too large"});
   }
 }

@@ -39,13 +39,19 @@ expect 2 "--memory-format ndhwc asks for channels-last activations, but with --d
   -- train --out "$tmp/a" --memory-format ndhwc
 expect 0 "--overwrite" "--no-memory-check" "INT:decimal in [1, 1000000]" -- train --help
 
+# --resume takes the run's own options: others are refused by name; --out with it is an error.
+expect 2 "--lr, --seed cannot be given with --resume" -- train --resume "$tmp/a" --lr 0.1 --seed 3
+expect 2 "--resume RUN_DIR continues the run in RUN_DIR; drop --out" -- train --resume "$tmp/a" --out "$tmp/b"
+expect 2 "--out RUN_DIR is required (or --resume RUN_DIR)" -- train --epochs 2
+expect 1 "training_state.safetensors: cannot open" -- train --resume "$tmp/nothing_here"
+
 # A folder holding a run is refused before any data is loaded, and left as it was.
 mkdir -p "$tmp/run"
-echo "an earlier checkpoint" > "$tmp/run/checkpoint.bin"
+echo "an earlier checkpoint" > "$tmp/run/model.safetensors"
 printf 'epoch,train_loss\n1,0.5\n' > "$tmp/run/metrics.csv"
-expect 1 "already holds a run: checkpoint.bin (unreadable, 22 B), metrics.csv (1 epoch rows); refusing to overwrite it. Pass --overwrite" \
+expect 1 "already holds a run: model.safetensors (unreadable, 22 B), metrics.csv (1 epoch rows); refusing to overwrite it. Pass --overwrite" \
   -- train --out "$tmp/run" --data /nonexistent
-if [[ $(cat "$tmp/run/checkpoint.bin") != "an earlier checkpoint" ]]; then
+if [[ $(cat "$tmp/run/model.safetensors") != "an earlier checkpoint" ]]; then
   echo "FAIL: the refused run folder was changed"; failures=$((failures + 1))
 fi
 

@@ -33,11 +33,11 @@ std::string read_text(const std::string& path) {
   return os.str();
 }
 
-// A run folder as halfgrad-unet3d train leaves it after `epochs` epochs: checkpoint.bin whose
+// A run folder as halfgrad-unet3d train leaves it after `epochs` epochs: model.safetensors whose
 // metadata says the epoch, and metrics.csv with that many rows.
 void write_run(const TempDir& dir, int64_t epochs) {
   halfgrad::nn::Conv3d conv(halfgrad::nn::Conv3dOptions(1, 2, 3));
-  halfgrad::nn::save_checkpoint(dir.file("checkpoint.bin"), conv, {{"epoch", epochs}, {"recipe", "cpu"}});
+  halfgrad::nn::save_checkpoint(dir.file("model.safetensors"), conv, {{"epoch", epochs}, {"recipe", "cpu"}});
   unet3d_app::MetricsTable t({"background", "a"});
   for (int64_t e = 1; e <= epochs; ++e) {
     unet3d_app::EpochMetrics m;
@@ -57,17 +57,17 @@ TEST_CASE("unet3d run folder: an earlier run is refused, naming the folder, its 
   for (auto* f : {+[](const std::string& p) { unet3d_app::check_run_folder(p, false); },
                   +[](const std::string& p) { unet3d_app::prepare_run_folder(p, false); }})
     check_error([&] { f(d); }, {"halfgrad-unet3d train: --out " + d, "already holds a run",
-                                "checkpoint.bin (epoch 3 of recipe \"cpu\"", "metrics.csv (3 epoch rows)",
+                                "model.safetensors (epoch 3 of recipe \"cpu\"", "metrics.csv (3 epoch rows)",
                                 "Pass --overwrite to replace it, or choose another --out folder"});
   CHECK(read_text(dir.file("metrics.csv")) == before);  // refusing changes nothing
-  CHECK(fs::exists(dir.file("checkpoint.bin")));
+  CHECK(fs::exists(dir.file("model.safetensors")));
 
   // A precision report alone is a run's file too; an unreadable checkpoint is still somebody's.
   TempDir other;
   write_text(other.file("loss_scale.csv"), "step,loss_scale\n");
-  write_text(other.file("checkpoint.bin"), "not a checkpoint");
+  write_text(other.file("model.safetensors"), "not a checkpoint");
   check_error([&] { unet3d_app::check_run_folder(other.file(""), false); },
-              {"already holds a run", "checkpoint.bin (unreadable, 16 B)", "loss_scale.csv"});
+              {"already holds a run", "model.safetensors (unreadable, 16 B)", "loss_scale.csv"});
 }
 
 TEST_CASE("unet3d run folder: --overwrite removes the earlier run's files and says so") {
@@ -77,22 +77,22 @@ TEST_CASE("unet3d run folder: --overwrite removes the earlier run's files and sa
   const std::vector<std::string> notes = unet3d_app::prepare_run_folder(dir.file(""), true);
   REQUIRE(notes.size() == 1);
   CHECK(notes[0].find("--overwrite: removed the earlier run in") != std::string::npos);
-  CHECK(notes[0].find("checkpoint.bin (epoch 2") != std::string::npos);
-  CHECK_FALSE(fs::exists(dir.file("checkpoint.bin")));
+  CHECK(notes[0].find("model.safetensors (epoch 2") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.file("model.safetensors")));
   CHECK_FALSE(fs::exists(dir.file("metrics.csv")));
   CHECK(read_text(dir.file("notes.txt")) == "mine");
 }
 
-TEST_CASE("unet3d run folder: stale checkpoint.bin.tmp / metrics.csv.tmp are removed with a one-line note") {
+TEST_CASE("unet3d run folder: stale model.safetensors.tmp / metrics.csv.tmp are removed with a one-line note") {
   TempDir dir;
-  write_text(dir.file("checkpoint.bin.tmp"), std::string(3000, 'x'));
+  write_text(dir.file("model.safetensors.tmp"), std::string(3000, 'x'));
   write_text(dir.file("metrics.csv.tmp"), "epoch\n");
   unet3d_app::check_run_folder(dir.file(""), false);  // temp files alone are no run
   const std::vector<std::string> notes = unet3d_app::prepare_run_folder(dir.file(""), false);
   REQUIRE(notes.size() == 2);
-  CHECK(notes[0] == "removed " + dir.file("checkpoint.bin.tmp") + " (2.9 KiB), left by an interrupted write");
+  CHECK(notes[0] == "removed " + dir.file("model.safetensors.tmp") + " (2.9 KiB), left by an interrupted write");
   CHECK(notes[1] == "removed " + dir.file("metrics.csv.tmp") + " (6 B), left by an interrupted write");
-  CHECK_FALSE(fs::exists(dir.file("checkpoint.bin.tmp")));
+  CHECK_FALSE(fs::exists(dir.file("model.safetensors.tmp")));
   CHECK_FALSE(fs::exists(dir.file("metrics.csv.tmp")));
   CHECK(unet3d_app::prepare_run_folder(dir.file("fresh/sub"), false).empty());  // absent: nothing to do
 }

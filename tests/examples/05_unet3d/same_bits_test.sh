@@ -3,7 +3,7 @@
 # epoch of the CPU recipe with AMP on the hippocampus data, run four ways that must not change a bit:
 #   a  plain, 2 threads          b  CPU cache off (HALFGRAD_CPU_CACHE_MB=0) + --precision-report
 #   c  1 thread                  d  poison 0xFF (HALFGRAD_CPU_POISON) + --detect-anomaly + --grad-stats
-# checkpoint.bin must be byte-identical and metrics.csv identical less its two time columns.
+# model.safetensors must be byte-identical and metrics.csv identical less its two time columns.
 # Skipped, by name, where ../shared/data/hippocampus is absent.
 #   same_bits_test.sh BINARY SHARED_DIR
 set -uo pipefail
@@ -32,13 +32,13 @@ run d OMP_NUM_THREADS=2 HALFGRAD_CPU_POISON=255 -- --detect-anomaly --grad-stats
 failures=0
 no_times() { rev "$1" | cut -d, -f3- | rev; }
 for r in a b c d; do
-  for f in checkpoint.bin metrics.csv; do
+  for f in model.safetensors metrics.csv; do
     [[ -s $tmp/$r/$f ]] || { echo "FAIL: run $r wrote no $f"; exit 1; }
   done
 done
 for r in b c d; do
-  if cmp -s "$tmp/a/checkpoint.bin" "$tmp/$r/checkpoint.bin"; then echo "ok: checkpoint.bin of $r = a"
-  else echo "FAIL: checkpoint.bin of $r differs from a: $(cmp "$tmp/a/checkpoint.bin" "$tmp/$r/checkpoint.bin")"; failures=$((failures + 1)); fi
+  if cmp -s "$tmp/a/model.safetensors" "$tmp/$r/model.safetensors"; then echo "ok: model.safetensors of $r = a"
+  else echo "FAIL: model.safetensors of $r differs from a: $(cmp "$tmp/a/model.safetensors" "$tmp/$r/model.safetensors")"; failures=$((failures + 1)); fi
   if [[ "$(no_times "$tmp/a/metrics.csv")" == "$(no_times "$tmp/$r/metrics.csv")" ]]; then echo "ok: metrics.csv of $r = a (less times)"
   else echo "FAIL: metrics.csv of $r differs from a:"; diff "$tmp/a/metrics.csv" "$tmp/$r/metrics.csv"; failures=$((failures + 1)); fi
 done

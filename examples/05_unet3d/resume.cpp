@@ -1,0 +1,108 @@
+// resume.cpp - see resume.h.
+#include "examples/05_unet3d/resume.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace unet3d_app {
+
+using halfgrad::json_checked::Field;
+
+nlohmann::json train_args_to_json(const TrainArgs& a) {
+  return {{"data", a.data},
+          {"out", a.out},
+          {"config", a.config},
+          {"device", a.device},
+          {"memory_format", a.memory_format},
+          {"epochs", a.epochs},
+          {"batch", a.batch},
+          {"lr", a.lr},
+          {"amp", a.amp},
+          {"opt_level", a.opt_level},
+          {"fp32_ops", a.fp32_ops},
+          {"fp32_modules", a.fp32_modules},
+          {"seed", std::to_string(a.seed)},  // a string: JSON readers differ on integers past 2^63
+          {"val_every", a.val_every},
+          {"save_every", a.save_every},
+          {"grad_stats", a.grad_stats},
+          {"grad_stats_every", a.grad_stats_every},
+          {"precision_report", a.precision_report},
+          {"detect_anomaly", a.detect_anomaly}};
+}
+
+TrainArgs train_args_from_json(const Field& j) {
+  j.require_object("the options of the run (train_meta.args)");
+  TrainArgs a;
+  a.data = j["data"].as_string();
+  a.out = j["out"].as_string();
+  a.config = j["config"].as_string();
+  a.device = j["device"].as_string();
+  a.memory_format = j["memory_format"].as_string();
+  a.epochs = j["epochs"].as_int();
+  a.batch = j["batch"].as_int();
+  a.lr = j["lr"].as_number();
+  a.amp = j["amp"].as_bool();
+  a.opt_level = j["opt_level"].as_string();
+  a.fp32_ops = j["fp32_ops"].as_string_list();
+  a.fp32_modules = j["fp32_modules"].as_string_list();
+  const std::string seed = j["seed"].as_string();
+  HG_CHECK(!seed.empty() && seed.size() <= 20 && std::all_of(seed.begin(), seed.end(), ::isdigit),
+           j.where() << ": field 'seed' is \"" << seed.substr(0, 24) << "\"; expected decimal digits");
+  a.seed = std::stoull(seed);
+  a.val_every = j["val_every"].as_int();
+  a.save_every = j["save_every"].as_int(1, INT64_MAX);
+  a.grad_stats = j["grad_stats"].as_string();
+  a.grad_stats_every = j["grad_stats_every"].as_int(1, INT64_MAX);
+  a.precision_report = j["precision_report"].as_bool();
+  a.detect_anomaly = j["detect_anomaly"].as_bool();
+  return a;
+}
+
+const std::vector<std::string>& resume_allowed_options() {
+  static const std::vector<std::string> allowed = {"--resume",           "--epochs",       "--save-every",
+                                                   "--max-minutes",      "--stop-after-epoch", "--no-progress",
+                                                   "--no-memory-check"};
+  return allowed;
+}
+
+void check_resume_args(const TrainArgs& a) {
+  if (a.resume.empty()) return;
+  std::string refused;
+  for (const std::string& o : a.given)
+    if (std::find(resume_allowed_options().begin(), resume_allowed_options().end(), o) == resume_allowed_options().end())
+      refused += (refused.empty() ? "" : ", ") + o;
+  HG_CHECK(refused.empty(), "halfgrad-unet3d train --resume " << a.resume << ": " << refused
+                                << " cannot be given with --resume: the run continues with the options it was "
+                                   "started with; only --epochs, --save-every, --max-minutes, --stop-after-epoch, "
+                                   "--no-progress and --no-memory-check may be");
+}
+
+TrainArgs resumed_args(const TrainArgs& a, const nlohmann::json& train_meta) {
+  const std::string where = "halfgrad-unet3d train --resume " + a.resume;
+  const Field m(train_meta, where + ": training_state.safetensors");
+  TrainArgs b = train_args_from_json(m["args"]);
+  const int64_t saved_epoch = m["epoch"].as_int(1, INT64_MAX);
+  const int64_t total = m["epochs"].as_int(1, INT64_MAX);
+  HG_CHECK(b.grad_stats.empty() && !b.precision_report,
+           where << ": the run was started with " << (b.grad_stats.empty() ? "--precision-report" : "--grad-stats")
+                 << ", whose file covers the whole run; resuming such a run is not supported");
+  auto given = [&](const char* o) { return std::find(a.given.begin(), a.given.end(), o) != a.given.end(); };
+  b.epochs = given("--epochs") ? a.epochs : total;
+  HG_CHECK(b.epochs > saved_epoch,
+           where << ": the run has trained " << saved_epoch << " of " << total << " epochs"
+                 << (given("--epochs") ? "; --epochs " + std::to_string(a.epochs) + " is not past it"
+                                       : std::string(" and is finished"))
+                 << "; pass --epochs N with N > " << saved_epoch << " to train it further");
+  if (given("--save-every")) b.save_every = a.save_every;
+  b.out = a.resume;
+  b.resume = a.resume;
+  b.overwrite = false;
+  b.progress = a.progress;
+  b.memory_check = a.memory_check;
+  b.max_minutes = a.max_minutes;
+  b.stop_after_epoch = a.stop_after_epoch;
+  return b;
+}
+
+}  // namespace unet3d_app

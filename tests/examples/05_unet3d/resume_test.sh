@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# CTest halfgrad_unet3d_resume: issue 9's `train --resume`. On the tiny recipe with AMP (O1: the
+# GradScaler's state is part of what resumes) on the embedded default data:
+#   straight  train --epochs 2
+#   split     train --epochs 2 --stop-after-epoch 1, then train --resume (continues to epoch 2)
+# must give the same model.safetensors bytes and the same metrics.csv less its two time columns;
+# then --resume of the finished run is refused, and --resume --epochs 3 trains one more epoch.
+#   resume_test.sh BINARY
+set -uo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+args=(train --config tiny --amp --epochs 2 --seed 7 --no-progress)
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+run() {  # run LOG ARGS...
+  local log=$1
+  shift
+  if ! "$bin" "$@" > "$log" 2>&1; then echo "FAIL: halfgrad-unet3d $* exited non-zero:"; tail -20 "$log"; exit 1; fi
+}
+run "$tmp/straight.log" "${args[@]}" --out "$tmp/straight"
+run "$tmp/split1.log" "${args[@]}" --out "$tmp/split" --stop-after-epoch 1
+grep -q "stopping: --stop-after-epoch 1; continue with: halfgrad-unet3d train --resume" "$tmp/split1.log" ||
+  fail "the stopped run did not say how to continue"
+run "$tmp/split2.log" train --resume "$tmp/split" --no-progress
+grep -E "^(resume|epoch|checkpoint)" "$tmp/split2.log"
+no_times() { rev "$1" | cut -d, -f3- | rev; }
+if cmp -s "$tmp/straight/model.safetensors" "$tmp/split/model.safetensors"; then echo "ok: model.safetensors of 1 + resume = 2 straight"
+else fail "model.safetensors differs: $(cmp "$tmp/straight/model.safetensors" "$tmp/split/model.safetensors")"; fi
+if [[ "$(no_times "$tmp/straight/metrics.csv")" == "$(no_times "$tmp/split/metrics.csv")" ]]; then echo "ok: metrics.csv rows equal (less times)"
+else fail "metrics.csv differs:"; diff "$tmp/straight/metrics.csv" "$tmp/split/metrics.csv"; fi
+[[ $(wc -l < "$tmp/split/metrics.csv") == 3 ]] || fail "metrics.csv of the resumed run does not hold a header and 2 rows"
+
+out=$("$bin" train --resume "$tmp/split" --no-progress 2>&1)
+[[ $? == 1 && $out == *"has trained 2 of 2 epochs and is finished; pass --epochs N with N > 2"* ]] ||
+  fail "resuming a finished run was not refused: $out"
+run "$tmp/split3.log" train --resume "$tmp/split" --epochs 3 --no-progress
+grep -q "^epoch 3/3" "$tmp/split3.log" || fail "--resume --epochs 3 did not train epoch 3"
+[[ $(wc -l < "$tmp/split/metrics.csv") == 4 ]] || fail "metrics.csv after --epochs 3 does not hold 3 rows"
+"$bin" eval --checkpoint "$tmp/split" > "$tmp/eval.log" 2>&1 || fail "eval of the resumed run failed: $(cat "$tmp/eval.log")"
+echo "resume_test: $failures failure(s)"
+[[ $failures == 0 ]]
