@@ -141,7 +141,7 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   PredictArgs& p = predict_args;
   predict = app.add_subcommand("predict", "segment NIfTI volumes with a checkpoint: a uint8 label map per volume, "
                                           "with the input's geometry");
-  predict->add_option("--checkpoint", p.checkpoint, "checkpoint.bin written by train")->required();
+  predict->add_option("--checkpoint", p.checkpoint, "a run folder or its model.safetensors (written by train, or a PyTorch state_dict of the reference U-Net)")->required();
   predict->add_option("--input", p.input, "a .nii/.nii.gz volume, or a folder of them (every *.nii, *.nii.gz)")
       ->required();
   predict->add_option("--output", p.output,

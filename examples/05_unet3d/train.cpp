@@ -199,13 +199,6 @@ int run_train(const TrainArgs& cli_args) {
   amp::PrecisionRecorder precision;
   int64_t global_step = 0;
 
-  // Batches: built ahead by worker threads (loader.h), in step order from global_step on.
-  LoaderOptions loader_options;
-  loader_options.workers = a.workers >= 0 ? static_cast<int>(a.workers) : default_workers(where.device);
-  loader_options.prefetch = static_cast<int>(a.prefetch);
-  loader_options.device = where.device;
-  BatchLoader loader([&](int64_t step, Tensor& x, Tensor& y) { make_training_batch(data, r, a.seed, step, x, y); },
-                     global_step, r.epochs * steps_per_epoch, loader_options);
   StepGapTimer gpu_gaps(where.device == Device::CUDA);
   // A step GradScaler skips changes nothing but the loss scale: the BatchNorm running statistics it
   // folded in (inf/NaN when the forward overflowed, pytorch#115500) are put back (nn/buffer_snapshot.h).
@@ -240,6 +233,14 @@ int run_train(const TrainArgs& cli_args) {
     std::cout << "resume: " << a.out << " after epoch " << saved_epoch << " of " << r.epochs << " (step "
               << global_step << ", loss scale " << scaler.get_scale() << ")" << std::endl;
   }
+  // Batches: built ahead by worker threads (loader.h), in step order from global_step on
+  // (after a --resume, the saved step: the loader starts only once it is known).
+  LoaderOptions loader_options;
+  loader_options.workers = a.workers >= 0 ? static_cast<int>(a.workers) : default_workers(where.device);
+  loader_options.prefetch = static_cast<int>(a.prefetch);
+  loader_options.device = where.device;
+  BatchLoader loader([&](int64_t step, Tensor& x, Tensor& y) { make_training_batch(data, r, a.seed, step, x, y); },
+                     global_step, r.epochs * steps_per_epoch, loader_options);
   const auto t0 = Clock::now();
   for (int64_t epoch = start_epoch; epoch <= r.epochs; ++epoch) {
     const auto te = Clock::now();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CTest halfgrad_unet3d_loader_same_bits: the prefetching loader (loader.h) must not change a bit.
 # One epoch of the CPU recipe with AMP on the hippocampus data with --workers 0, 1 and 3 (prefetch 2,
-# 2, 4): checkpoint.bin must be byte-identical and metrics.csv identical less its two time columns.
+# 2, 4): model.safetensors must be byte-identical and metrics.csv identical less its two time columns.
 # Also checks that each run printed its loader summary and wrote curves.gp.
 # Skipped, by name, where ../shared/data/hippocampus is absent.
 #   loader_same_bits_test.sh BINARY SHARED_DIR
@@ -28,14 +28,14 @@ run w3 --workers 3 --prefetch 4
 failures=0
 no_times() { rev "$1" | cut -d, -f3- | rev; }
 for r in w0 w1 w3; do
-  for f in checkpoint.bin metrics.csv curves.gp; do
+  for f in model.safetensors metrics.csv curves.gp; do
     [[ -s $tmp/$r/$f ]] || { echo "FAIL: run $r wrote no $f"; exit 1; }
   done
   grep -q "^loader: 40 batches" "$tmp/$r.log" || { echo "FAIL: run $r printed no 'loader: 40 batches' line"; failures=$((failures + 1)); }
 done
 for r in w1 w3; do
-  if cmp -s "$tmp/w0/checkpoint.bin" "$tmp/$r/checkpoint.bin"; then echo "ok: checkpoint.bin of $r = w0"
-  else echo "FAIL: checkpoint.bin of $r differs from w0: $(cmp "$tmp/w0/checkpoint.bin" "$tmp/$r/checkpoint.bin")"; failures=$((failures + 1)); fi
+  if cmp -s "$tmp/w0/model.safetensors" "$tmp/$r/model.safetensors"; then echo "ok: model.safetensors of $r = w0"
+  else echo "FAIL: model.safetensors of $r differs from w0: $(cmp "$tmp/w0/model.safetensors" "$tmp/$r/model.safetensors")"; failures=$((failures + 1)); fi
   if [[ "$(no_times "$tmp/w0/metrics.csv")" == "$(no_times "$tmp/$r/metrics.csv")" ]]; then echo "ok: metrics.csv of $r = w0 (less times)"
   else echo "FAIL: metrics.csv of $r differs from w0:"; diff "$tmp/w0/metrics.csv" "$tmp/$r/metrics.csv"; failures=$((failures + 1)); fi
 done

@@ -23,7 +23,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 if ! "$bin" train --data "$data" --config cpu --amp --epochs 1 --seed 3 --no-progress --out "$tmp/run" > "$tmp/train.log" 2>&1; then
   echo "FAIL: training the test checkpoint:"; tail -20 "$tmp/train.log"; exit 1
 fi
-ck=$tmp/run/checkpoint.bin
+ck=$tmp/run/model.safetensors
 
 mkdir -p "$tmp/in"
 good=(hippocampus_001.nii.gz hippocampus_003.nii.gz hippocampus_006.nii.gz)
