@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "tests/check_error.h"
 
 using unet3d_app::CommandLine;
@@ -118,7 +120,20 @@ TEST_CASE("unet3d cli: --overwrite, --no-memory-check, and --help lists them") {
   for (const char* opt : {"--overwrite", "--no-memory-check", "--memory-format", "--epochs", "INT:decimal in [1, 1000000]", "FLOAT:finite, > 0",
                           "refused unless --overwrite"})
     CHECK_MESSAGE(text.find(opt) != std::string::npos, opt << " not in train --help:\n" << text);
-  check_parse_error({"train"}, {"--out is required"});
+  // --out or --resume: checked after parsing (check_train_args), so a halfgrad::Error.
+  CommandLine bare;
+  CHECK_THROWS_WITH_AS(bare.parse({"train"}), doctest::Contains("--out RUN_DIR is required (or --resume RUN_DIR)"),
+                       halfgrad::Error);
+  CommandLine resume;
+  resume.parse({"train", "--resume", "runs/x", "--epochs", "5", "--no-progress"});
+  CHECK(resume.train_args.resume == "runs/x");
+  std::vector<std::string> given = resume.train_args.given;
+  std::sort(given.begin(), given.end());
+  const std::vector<std::string> want = {"--epochs", "--no-progress", "--resume"};
+  CHECK(given == want);
+  CommandLine refused;
+  CHECK_THROWS_WITH_AS(refused.parse({"train", "--resume", "runs/x", "--batch", "2", "--amp"}),
+                       doctest::Contains("--batch, --amp cannot be given with --resume"), halfgrad::Error);
   check_parse_error(train_with({"--config", "gpu"}), {"--config", "gpu"});
 }
 
