@@ -6,7 +6,7 @@
 //                         [--opt-level O0|O1|O2|O3 | --amp] [--fp32-op NAME ...] [--fp32-module PREFIX ...]
 //   halfgrad-unet3d eval  [--data DIR] --checkpoint FILE [--device cpu|cuda] [--overlay DIR]
 //   halfgrad-unet3d predict --checkpoint FILE --input FILE|DIR --output FILE|DIR [--device cpu|cuda]
-//                         [--overlap F] [--tta] [--probabilities FILE|DIR] [--labels DIR] [--overwrite]
+//                         [--overlap F] [--tta] [--probabilities FILE|DIR] [--labels DIR] [--overlay DIR] [--overwrite]
 //
 // Without --data, train uses the embedded default (Debian's mricron-data). The options are in
 // cli.cpp (`halfgrad-unet3d train --help`); see README.md. Exit status: 0 on success (and --help), 2
