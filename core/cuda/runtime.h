@@ -6,6 +6,8 @@
 // in check.cuh). One stream keeps the caching allocator simple and correct: a block freed by the host
 // while kernels still read it is only handed to kernels queued after those, on the same stream. It is
 // also the stream a CUDA graph captures later.
+// The one exception is core/cuda/streams.h: a second stream for host-to-device copies into device
+// buffers outside this allocator, ordered against this stream by events (the batch loader's).
 //
 // Caching allocator: `allocate` rounds the request (512 B below 1 MiB, 2 MiB above) and serves it from
 // blocks freed earlier of the same rounded size; only a miss calls cudaMalloc. On cudaMalloc failure the

@@ -45,6 +45,8 @@ CurvesFiles write_training_curves(const std::string& dir, const std::vector<std:
         "set key top right\n"
         "set grid\n"
         "set xlabel 'epoch'\n"
+        "set xrange [0:*]\n"
+        "set format x '%g'\n"
         "set multiplot layout 3,1\n"
         "set title 'training loss (mean over the epoch, finite steps)'\n"
         "set ylabel 'loss'\n"
@@ -68,7 +70,7 @@ CurvesFiles write_training_curves(const std::string& dir, const std::vector<std:
         "set key top right\n"
         "plot 'metrics.csv' skip 1 using "
      << kEpoch << ":" << kScale
-     << " with steps lw 2 title 'loss scale'\n"
+     << " with linespoints lw 2 pt 7 title 'loss scale'\n"
         "unset multiplot\n";
 
   CurvesFiles res;

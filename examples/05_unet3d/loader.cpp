@@ -38,7 +38,8 @@ std::string LoaderStats::summary(int workers, int prefetch) const {
   os << "loader: " << batches << " batches, " << workers << (workers == 1 ? " worker" : " workers");
   if (workers > 0) os << ", prefetch " << prefetch;
   os << "; the training thread waited " << wait_seconds << " s for them in total ("
-     << (batches ? 1000.0 * wait_seconds / batches : 0.0) << " ms per step)";
+     << (batches ? 1000.0 * wait_seconds / batches : 0.0) << " ms per step; the first batch " << first_wait_seconds
+     << " s)";
   return os.str();
 }
 
@@ -172,8 +173,10 @@ void BatchLoader::next(Tensor& x, Tensor& y) {
   }
   x = b.x;
   y = b.y;
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (stats_.batches == 0) stats_.first_wait_seconds = waited;
   ++stats_.batches;
-  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.wait_seconds += waited;
 }
 
 // ---- StepGapTimer -----------------------------------------------------------------------------------

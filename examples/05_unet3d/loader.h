@@ -57,6 +57,7 @@ struct LoaderOptions {
 struct LoaderStats {
   int64_t batches = 0;        // next() calls that returned a batch
   double wait_seconds = 0;    // time inside next(), in the training thread
+  double first_wait_seconds = 0;  // of which the first batch (no step ran yet to hide it behind)
   std::string summary(int workers, int prefetch) const;  // "loader: 480 batches, 2 workers, ..."
 };
 
@@ -108,7 +109,7 @@ class BatchLoader {
 /// i+1's batch is on the device in its tensors (next() and the copy to the model's layout queued).
 /// The gap between the two is the time the GPU had nothing of this run to do at that boundary: its
 /// waiting for the host (a batch still being built, the host's own work between steps) plus the copy
-/// of the batch to the device. Pairs are read kDepth steps later (long complete by then), so recording
+/// of the batch to the device. Epoch boundaries are left out (skip_gap). Pairs are read kDepth steps later (long complete by then), so recording
 /// costs two cudaEventRecord per step. Does nothing when disabled (CPU runs).
 class StepGapTimer {
  public:
@@ -117,6 +118,8 @@ class StepGapTimer {
   ~StepGapTimer();
   void step_start();
   void step_end();
+  /// The next step_start closes no gap: validation and checkpointing lie between (end of an epoch).
+  void skip_gap() { have_end_ = false; }
   /// Reads every recorded pair (host wait on the last); returns total gap seconds over `gaps()`.
   double finish();
   int64_t gaps() const { return gaps_; }

@@ -308,6 +308,7 @@ int run_train(const TrainArgs& cli_args) {
       bar.update(step + 1, "loss " + fmt(l));
     }
     bar.finish();
+    gpu_gaps.skip_gap();  // validation and the checkpoint are not the loader's gap
     const double train_loss = counted ? loss_sum / counted : NAN;
     const bool do_val = epoch % r.val_every == 0 || epoch == r.epochs;
     std::vector<double> dice;
@@ -380,7 +381,8 @@ int run_train(const TrainArgs& cli_args) {
     const double gap_s = gpu_gaps.finish();
     std::cout << "gpu: idle " << fmt(gap_s, 3) << " s in total between steps (" << gpu_gaps.gaps() << " gaps, "
               << fmt(gpu_gaps.gaps() ? 1000.0 * gap_s / gpu_gaps.gaps() : 0.0, 3)
-              << " ms per step; CUDA events from the end of a step's last op to the next step's batch on the device)"
+              << " ms per step; CUDA events from the end of a step's last op to the next step's batch on the device, "
+                 "epoch boundaries left out)"
               << std::endl;
   }
   if (grad_stats) std::cout << "gradient statistics: " << grad_stats->path() << std::endl;

@@ -61,7 +61,7 @@ TEST_CASE("unet3d curves: curves.gp reads metrics.csv's columns; with gnuplot cu
   CHECK(gp.find("using 1:7 with linespoints pt 7 title 'Anterior'") != std::string::npos);
   CHECK(gp.find("using 1:8 with linespoints pt 7 title 'Posterior'") != std::string::npos);
   CHECK(gp.find("using 1:9 with linespoints lw 3") != std::string::npos);  // mean_dice
-  CHECK(gp.find("using 1:5 with steps") != std::string::npos);             // loss_scale
+  CHECK(gp.find("using 1:5 with linespoints") != std::string::npos);             // loss_scale
   for (const char* f : {"curves.gp", "curves.png"})
     CHECK(std::find(run_file_names().begin(), run_file_names().end(), f) != run_file_names().end());
   if (!halfgrad::amp::gnuplot_available()) {
