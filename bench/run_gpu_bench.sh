@@ -7,7 +7,7 @@
 #
 # Runs from the folder tools/gpu/pack.sh fills (.carry/): build/ (shared-library build), lib/,
 # data/hippocampus, reference/ (../shared/reference scripts + compare_gpu.py + torch_hippo_amp.py).
-#   bash bench/run_gpu_bench.sh [tests] [sanitize] [gemm] [conv] [step] [step-quick] [hippo] [all]
+#   bash bench/run_gpu_bench.sh [tests] [sanitize] [gemm] [conv] [step] [step-quick] [hippo] [serve] [all]
 # SEEDS="0 1" runs the hippocampus training (both frameworks) once per seed.
 set -uo pipefail
 cd "$(dirname "$0")/../.carry"
@@ -55,5 +55,26 @@ if want hippo; then
     t build/examples/halfgrad-unet3d train --device cuda --amp --config reference --data "$HIPPO" --out "$OUT/hippo_amp_s$seed" \
         --seed $seed --no-progress --save-every 10 ${HIPPO_ARGS:-} 2>&1 | tee "$OUT/hippo_amp_s$seed.log" | grep -E "epoch (50|100)/|done|error"
   done
+fi
+if want serve; then
+  # Issue 9 on the GPU: the prefetching loader off and on (wall time, the training thread's wait, the
+  # GPU's idle time between steps, checkpoint write time; the same bits either way), predict on CUDA
+  # against the CPU's labels of the same checkpoint (serve/ from the dev machine: cpu_run/ and
+  # cpu_labels/, made by tools/predict_heldout.sh), and PyTorch 2.11 + safetensors loading halfgrad's
+  # model.safetensors and the other way round (tools/interop/torch_safetensors.py).
+  echo "== issue 9: loader, checkpoints, predict on CUDA, PyTorch interop"
+  for w in 0 default; do
+    extra=""; [ $w = 0 ] && extra="--workers 0"
+    t build/examples/halfgrad-unet3d train --device cuda --amp --config reference --data "$HIPPO" --out "$OUT/serve_w$w" \
+        --seed 0 --no-progress --save-every 10 $extra 2>&1 | tee "$OUT/serve_w$w.log" | grep -E "epoch 100/|checkpoint:|loader|gpu|done|error" | tail -9
+  done
+  cmp "$OUT/serve_w0/model.safetensors" "$OUT/serve_wdefault/model.safetensors" && echo "loader: model.safetensors identical with --workers 0 and the default"
+  if [ -d serve/cpu_run ]; then
+    HALFGRAD_UNET3D=build/examples/halfgrad-unet3d HIPPOCAMPUS="$HIPPO" t bash ../tools/predict_heldout.sh serve/cpu_run "$OUT/pred_cuda" --device cuda 2>&1 | tail -2
+    t python3 ../tools/compare_label_maps.py serve/cpu_labels "$OUT/pred_cuda/labels" --images "$OUT/pred_cuda/images" 2>&1 | tail -3
+  fi
+  HALFGRAD_REFERENCE=$PWD/reference t python3 ../tools/interop/torch_safetensors.py --bin build/examples/halfgrad-unet3d \
+      --data "$HIPPO" --work "$OUT/interop" --device cuda --halfgrad-run "$OUT/serve_wdefault" \
+      --torch-channels 16,32,64,128,256 --torch-steps ${TORCH_STEPS:-600} 2>&1 | tail -3
 fi
 python3 reference/compare_gpu.py "$OUT"

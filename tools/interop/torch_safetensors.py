@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REF = os.path.join(HERE, '..', '..', '..', 'shared', 'reference')
+REF = os.environ.get('HALFGRAD_REFERENCE', os.path.join(HERE, '..', '..', '..', 'shared', 'reference'))
 
 try:
     import safetensors.torch as st_torch
@@ -72,16 +72,20 @@ def save_file(tensors, path):
         for r in blobs: f.write(r)
 
 
+DEVICE = 'cpu'
+
+
 def torch_dice(m, X, Y, ncls):
     import torch_hippo_train as th
-    m.eval(); preds = []
+    m.to(DEVICE).eval(); preds = []
     with torch.no_grad():
-        for i in range(0, len(X), 8): preds.append(m(X[i:i + 8]).argmax(1))
+        for i in range(0, len(X), 8): preds.append(m(X[i:i + 8].to(DEVICE)).argmax(1).cpu())
     return th.dice(torch.cat(preds), Y, ncls)
 
 
 def halfgrad_eval(args, ckpt):
-    r = subprocess.run([args.bin, 'eval', '--data', args.data, '--checkpoint', ckpt], capture_output=True, text=True)
+    r = subprocess.run([args.bin, 'eval', '--data', args.data, '--checkpoint', ckpt, '--device', args.device],
+                       capture_output=True, text=True)
     if r.returncode != 0: sys.exit(f'halfgrad-unet3d eval failed:\n{r.stdout}\n{r.stderr}')
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr.strip()
 
@@ -91,7 +95,13 @@ def main():
     p.add_argument('--bin', required=True); p.add_argument('--data', required=True); p.add_argument('--work', required=True)
     p.add_argument('--halfgrad-epochs', type=int, default=30); p.add_argument('--torch-steps', type=int, default=150)
     p.add_argument('--torch-channels', default='8,16,32,64,128'); p.add_argument('--tol', type=float, default=0.005)
+    p.add_argument('--device', default='cpu', choices=['cpu', 'cuda'],
+                   help='where PyTorch trains and evaluates, and `eval --device` (the GPU machine: cuda)')
+    p.add_argument('--halfgrad-run', default='',
+                   help='(a) uses this finished run folder instead of training the tiny recipe')
     args = p.parse_args()
+    global DEVICE
+    DEVICE = args.device
     sys.path.insert(0, REF)
     from torch_unet_step import UNet3D, loss_fn
     import torch_hippo_train as th
@@ -104,9 +114,12 @@ def main():
     # (a) halfgrad -> PyTorch
     run = os.path.join(args.work, 'halfgrad_run')
     t0 = time.time()
-    subprocess.run([args.bin, 'train', '--data', args.data, '--config', 'tiny', '--epochs', str(args.halfgrad_epochs),
-                    '--val-every', str(args.halfgrad_epochs), '--seed', '1', '--out', run, '--overwrite', '--no-progress'],
-                   check=True, capture_output=True)
+    if args.halfgrad_run:
+        run = args.halfgrad_run
+    else:
+        subprocess.run([args.bin, 'train', '--data', args.data, '--config', 'tiny', '--epochs', str(args.halfgrad_epochs),
+                        '--val-every', str(args.halfgrad_epochs), '--seed', '1', '--out', run, '--overwrite',
+                        '--no-progress', '--device', args.device], check=True, capture_output=True)
     res['a_halfgrad_train_s'] = round(time.time() - t0, 1)
     hg, _ = halfgrad_eval(args, run)
     sd, meta = load_file(os.path.join(run, 'model.safetensors'))
@@ -124,13 +137,13 @@ def main():
     ch = [int(c) for c in args.torch_channels.split(',')]
     va = torch.arange(len(X)) % 5 == 4
     Xtr, Ytr = X[~va], Y[~va]
-    m = UNet3D(1, 3, tuple(ch[:-1]), ch[-1])
+    m = UNet3D(1, 3, tuple(ch[:-1]), ch[-1]).to(DEVICE)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=1e-2)
     t0 = time.time()
     for s in range(args.torch_steps):
         idx = torch.randint(0, len(Xtr), (4,))
         opt.zero_grad(set_to_none=True)
-        l = loss_fn(m(Xtr[idx]), Ytr[idx]); l.backward(); opt.step()
+        l = loss_fn(m(Xtr[idx].to(DEVICE)), Ytr[idx].to(DEVICE)); l.backward(); opt.step()
     res['b_torch_train_s'] = round(time.time() - t0, 1); res['b_torch_last_loss'] = round(l.item(), 4)
     ckpt = os.path.join(args.work, 'torch_model.safetensors')
     save_file({k: v for k, v in m.state_dict().items()}, ckpt)
