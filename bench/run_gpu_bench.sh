@@ -69,6 +69,13 @@ if want serve; then
         --seed 0 --no-progress --save-every 10 $extra 2>&1 | tee "$OUT/serve_w$w.log" | grep -E "epoch 100/|checkpoint:|loader|gpu|done|error" | tail -9
   done
   cmp "$OUT/serve_w0/model.safetensors" "$OUT/serve_wdefault/model.safetensors" && echo "loader: model.safetensors identical with --workers 0 and the default"
+  t build/bench/checkpoint_write_bench --config reference --opt-level O1 --device cuda --dir "$OUT/ckbench" 2>&1 | tail -6
+  # --resume on CUDA: 1 epoch + resume to 2 against 2 straight (the CPU test does the same in CI).
+  B=build/examples/halfgrad-unet3d
+  $B train --device cuda --amp --config reference --data "$HIPPO" --epochs 2 --seed 3 --no-progress --out "$OUT/res_s" > "$OUT/res_s.log" 2>&1
+  $B train --device cuda --amp --config reference --data "$HIPPO" --epochs 2 --seed 3 --no-progress --stop-after-epoch 1 --out "$OUT/res_r" > "$OUT/res_r.log" 2>&1
+  $B train --resume "$OUT/res_r" --no-progress >> "$OUT/res_r.log" 2>&1
+  cmp "$OUT/res_s/model.safetensors" "$OUT/res_r/model.safetensors" && echo "resume on cuda: model.safetensors identical to the straight run" || tail -3 "$OUT/res_r.log"
   if [ -d serve/cpu_run ]; then
     HALFGRAD_UNET3D=build/examples/halfgrad-unet3d HIPPOCAMPUS="$HIPPO" t bash ../tools/predict_heldout.sh serve/cpu_run "$OUT/pred_cuda" --device cuda 2>&1 | tail -2
     t python3 ../tools/compare_label_maps.py serve/cpu_labels "$OUT/pred_cuda/labels" --images "$OUT/pred_cuda/images" 2>&1 | tail -3

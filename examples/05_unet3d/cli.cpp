@@ -150,7 +150,7 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   predict->add_option("--device", p.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   predict->add_option("--overlap", p.overlap, "fraction of the window shared by neighbouring tiles (default 0.5)")
       ->transform(finite_number(0, false));
-  predict->add_flag("--tta", p.tta, "test-time augmentation: average the logits of the 8 mirrorings of (z, y, x)");
+  predict->add_flag("--tta", p.tta, "test-time augmentation: average the logits of the mirrorings along the axes the recipe trained with flips (8 for reference, 2 for cpu: x only)");
   predict->add_option("--probabilities", p.probabilities,
                       "also write float32 softmax probabilities (4-D, dim[4] = classes): a file or folder, as --output");
   predict->add_option("--labels", p.labels,

@@ -145,14 +145,16 @@ int run_predict(const PredictArgs& a) {
   SlidingWindowOptions sw;
   sw.window = tm.recipe.volume_shape;
   sw.overlap = a.overlap;
-  sw.mirror = a.tta;
+  if (a.tta) sw.mirror_axes = tm.recipe.flip_axes;  // the axes the model was trained with flips along
   sw.divisor = int64_t{1} << mo.channels().size();
   if (a.memory_check)  // the largest tile's forward on the device
     check_memory(estimate_eval_memory(mo, tm.model->num_parameters(), sw.window, tm.level), available_memory(a.device),
                  "predict", a.device, "the window is the recipe's volume_shape");
   std::cout << "predict: " << jobs.size() << " volume(s) with " << a.checkpoint << " (UNet3d " << mo.describe() << ", "
             << amp::opt_level_name(tm.level) << ") on " << a.device << "; window " << sw.window[0] << "x" << sw.window[1]
-            << "x" << sw.window[2] << ", overlap " << a.overlap << (a.tta ? ", mirroring TTA (8 passes)" : "") << std::endl;
+            << "x" << sw.window[2] << ", overlap " << a.overlap
+            << (a.tta ? ", mirroring TTA (" + std::to_string(mirror_passes(sw)) + " passes: the recipe's flip axes)" : "")
+            << std::endl;
 
   const int64_t K = mo.num_classes();
   std::vector<std::string> failures;
@@ -185,14 +187,14 @@ int run_predict(const PredictArgs& a) {
                                              << " is available (" << host.source << "); pass --no-memory-check to try anyway");
       }
       const Tensor image = io::zscore(vol.data).view_as_shape({1, s[0], s[1], s[2]});
-      ProgressBar bar("  " + j.name, plan.num_tiles() * (a.tta ? 8 : 1), a.progress);
+      ProgressBar bar("  " + j.name, plan.num_tiles() * mirror_passes(sw), a.progress);
       const Network net = [&](const Tensor& x) {
         NoGradGuard no_grad;
         amp::AutocastGuard autocast(tm.mp.autocast);
         return (*tm.model)(tm.mp.cast_input(where.input(x)));
       };
       const Tensor logits = sliding_window_logits(net, image, sw, [&](int64_t done, int64_t) {
-        bar.update(done * (a.tta ? 8 : 1));
+        bar.update(done * mirror_passes(sw));
       });
       bar.finish();
       const Tensor labels = ops::argmax(logits, 0);  // (D, H, W) int64

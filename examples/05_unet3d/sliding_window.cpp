@@ -87,6 +87,16 @@ void flip_volumes(const float* src, float* dst, int64_t n, int64_t d, int64_t h,
       }
 }
 
+// flip_volumes's bits (1 z, 2 y, 4 x) of the mirror axes; throws for an axis outside 0..2.
+int mirror_mask(const SlidingWindowOptions& o) {
+  int m = 0;
+  for (int64_t a : o.mirror_axes) {
+    HG_CHECK(a >= 0 && a <= 2, "sliding window: mirror axis " << a << " is not one of 0 (z), 1 (y), 2 (x)");
+    m |= 1 << a;
+  }
+  return m;
+}
+
 // The network's logits for x (1, C, d, h, w) on the host, as dense float32 (K, d, h, w) on the host.
 Tensor host_logits(const Network& net, const Tensor& x) {
   const Shape& s = x.shape();
@@ -100,6 +110,11 @@ Tensor host_logits(const Network& net, const Tensor& x) {
 }
 
 }  // namespace
+
+int64_t mirror_passes(const SlidingWindowOptions& o) {
+  const int m = mirror_mask(o);
+  return int64_t{1} << (((m >> 0) & 1) + ((m >> 1) & 1) + ((m >> 2) & 1));
+}
 
 Tensor sliding_window_logits(const Network& net, const Tensor& image, const SlidingWindowOptions& o,
                              const std::function<void(int64_t, int64_t)>& on_tile) {
@@ -127,6 +142,7 @@ Tensor sliding_window_logits(const Network& net, const Tensor& image, const Slid
 
   Tensor sum;                                        // (K, PD, PH, PW): sum of logits x Gaussian
   std::vector<float> weight(static_cast<size_t>(PD * PH * PW), 0.0f);  // sum of the Gaussian
+  const int mirror_allowed = mirror_mask(o);
   int64_t K = 0, done = 0;
   const int64_t tile_voxels = wd * wh * ww;
   Tensor tile = Tensor::empty({1, C, wd, wh, ww}, kFloat32), flipped = Tensor::empty({1, C, wd, wh, ww}, kFloat32);
@@ -140,10 +156,11 @@ Tensor sliding_window_logits(const Network& net, const Tensor& image, const Slid
                           padded.data<float>() + ((c * PD + z0 + z) * PH + y0 + y) * PW + x0,
                           static_cast<size_t>(ww) * sizeof(float));
         Tensor logits = host_logits(net, tile);  // (K, wd, wh, ww)
-        if (o.mirror) {
+        if (mirror_allowed != 0) {
           logits = logits.clone();
           float* acc = logits.data<float>();
           for (int mask = 1; mask < 8; ++mask) {
+            if ((mask & ~mirror_allowed) != 0) continue;  // flips along an axis the model was not trained on
             flip_volumes(tile.data<float>(), flipped.data<float>(), C, wd, wh, ww, mask);
             const Tensor out = host_logits(net, flipped);
             Tensor back = Tensor::empty(out.shape(), kFloat32);
@@ -151,7 +168,7 @@ Tensor sliding_window_logits(const Network& net, const Tensor& image, const Slid
             HG_CHECK(out.size(0) == logits.size(0), "sliding window: the network's class count changed between calls");
             for (int64_t i = 0; i < back.numel(); ++i) acc[i] += back.data<float>()[i];
           }
-          for (int64_t i = 0; i < logits.numel(); ++i) acc[i] /= 8.0f;
+          for (int64_t i = 0; i < logits.numel(); ++i) acc[i] /= static_cast<float>(mirror_passes(o));
         }
         if (!sum.defined()) {
           K = logits.size(0);

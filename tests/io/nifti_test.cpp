@@ -96,7 +96,7 @@ TEST_CASE("io nifti: big-endian int16 file is byte-swapped on read") {
 TEST_CASE("io nifti: write_nifti then read_nifti keeps values, shape (z,y,x), spacing and affine") {
   TempDir dir;
   Generator gen(3);
-  Volume vol{Tensor::randn({5, 6, 7}, gen), {2.0, 1.5, 0.75}, {}};
+  Volume vol{Tensor::randn({5, 6, 7}, gen), {2.0, 1.5, 0.75}, {}, {}};
   vol.affine = {0.75, 0, 0, -10, 0, 1.5, 0, 20, 0, 0, 2.0, -30, 0, 0, 0, 1};
   for (const std::string name : {"w.nii", "w.nii.gz"}) {
     write_nifti(dir.file(name), vol);
@@ -107,7 +107,7 @@ TEST_CASE("io nifti: write_nifti then read_nifti keeps values, shape (z,y,x), sp
     for (int i = 0; i < 16; ++i) CHECK(back.affine[i] == doctest::Approx(vol.affine[i]));
   }
   // int64 labels are written as float32 values.
-  Volume labels{Tensor::from_labels({0, 1, 2, 3, 2, 1}, {1, 2, 3}), {1, 1, 1}, {}};
+  Volume labels{Tensor::from_labels({0, 1, 2, 3, 2, 1}, {1, 2, 3}), {1, 1, 1}, {}, {}};
   write_nifti(dir.file("lab.nii.gz"), labels);
   CHECK(read_label_nifti(dir.file("lab.nii.gz")).data.to_double_vector() == labels.data.to_double_vector());
 }
@@ -422,12 +422,12 @@ TEST_CASE("io nifti: read_nifti_buffer reads .nii and .nii.gz bytes like the fil
 
 TEST_CASE("io nifti: write_nifti errors name the file") {
   TempDir dir;
-  Volume vol{Tensor::zeros({2, 2, 2}), {1, 1, 1}, {}};
+  Volume vol{Tensor::zeros({2, 2, 2}), {1, 1, 1}, {}, {}};
   check_mentions(error_message([&] { write_nifti(dir.file("no/such/dir/x.nii.gz"), vol); }),
                  {dir.file("no/such/dir/x.nii.gz"), "does not exist"});
   check_mentions(error_message([&] { write_nifti(dir.file("x.img"), vol); }),
                  {dir.file("x.img"), "expected a file name ending in .nii or .nii.gz"});
-  Volume flat{Tensor::zeros({2, 2}), {1, 1, 1}, {}};
+  Volume flat{Tensor::zeros({2, 2}), {1, 1, 1}, {}, {}};
   check_mentions(error_message([&] { write_nifti(dir.file("flat.nii"), flat); }),
                  {dir.file("flat.nii"), "[2, 2]", "expected a 3-D (D, H, W) tensor"});
 }

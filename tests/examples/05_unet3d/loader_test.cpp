@@ -9,6 +9,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "tests/check_error.h"
 #include "tests/cuda/cuda_test_case.h"
@@ -177,7 +178,10 @@ CUDA_TEST_CASE("unet3d StepGapTimer cuda: gaps are counted per step boundary, le
     t.step_start();
     Tensor a = Tensor::ones({1 << 16}, kFloat32, Device::CUDA);
     t.step_end();
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the GPU idles while the host sleeps
+    // The GPU has finished the step before the host sleeps (under compute-sanitizer a kernel can
+    // outlast the sleep), so it idles for at least the sleep.
+    cuda::synchronize("StepGapTimer test");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (i == 9) t.skip_gap();  // an epoch boundary: not counted
   }
   const double s = t.finish();

@@ -167,7 +167,7 @@ TEST_CASE("unet3d sliding window: mirroring TTA flips each output back (a symmet
   SlidingWindowOptions o;
   o.window = {8, 12, 4};
   o.divisor = 4;
-  o.mirror = true;
+  o.mirror_axes = {0, 1, 2};
   SUBCASE("pointwise (commutes with every flip): TTA changes nothing") {
     int64_t calls = 0;
     const Tensor out = sliding_window_logits([&](const Tensor& x) { ++calls; return pointwise(x, 2); }, image, o);
@@ -199,9 +199,22 @@ TEST_CASE("unet3d sliding window: mirroring TTA flips each output back (a symmet
       CHECK(out.data<float>()[n + i] == doctest::Approx(5.5));      // (12 - 1) / 2
       CHECK(out.data<float>()[2 * n + i] == doctest::Approx(1.5));  // (4 - 1) / 2
     }
-    o.mirror = false;
+    // Mirroring x only (the cpu recipe's flip axes): 2 passes; z and y stay the voxel's own.
+    o.mirror_axes = {2};
+    CHECK(mirror_passes(o) == 2);
+    int64_t calls = 0;
+    const Tensor xonly = sliding_window_logits([&](const Tensor& x) { ++calls; return coords(x); }, image, o);
+    CHECK(calls == 2);
+    const int64_t v = (7 * 12 + 3) * 4 + 1;  // z 7, y 3, x 1
+    CHECK(xonly.data<float>()[v] == 7.0f);
+    CHECK(xonly.data<float>()[n + v] == 3.0f);
+    CHECK(xonly.data<float>()[2 * n + v] == doctest::Approx(1.5));
+    o.mirror_axes.clear();
+    CHECK(mirror_passes(o) == 1);
     const Tensor plain = sliding_window_logits(coords, image, o);
     CHECK(plain.data<float>()[(7 * 12 + 0) * 4 + 0] == 7.0f);  // z = 7 without TTA
+    o.mirror_axes = {3};
+    CHECK_THROWS_AS(mirror_passes(o), Error);
   }
 }
 
