@@ -75,7 +75,8 @@ const char* dtype_code(Dtype d);
 /// little-endian bytes, CUDA tensors through one host staging copy each) and `metadata` to `path`,
 /// in the order given, via path.tmp + fsync + rename + fsync of the folder. Names must be non-empty,
 /// unique and not "__metadata__". Throws halfgrad::Error naming the path (and the tensor) when a
-/// check fails or a write fails; the file at `path`, if any, is then untouched.
+/// check fails or a write fails; the file at `path`, if any, is then untouched, except when only the
+/// final fsync of the folder fails: the new file has then replaced it but may not survive a power cut.
 void write_file(const std::string& path, const NamedTensors& tensors,
                 const std::map<std::string, std::string>& metadata = {});
 

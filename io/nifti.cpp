@@ -489,7 +489,8 @@ bool write_all(int fd, const void* data, size_t n) {
 
 // The header `hdr` (native byte order), the 4 extension-flag bytes (all zero: no extensions) and
 // `voxels`, into `path`: a temporary file in the same folder, gzip-compressed for .nii.gz, fsync'ed,
-// then renamed over `path`. Any failure removes the temporary file and throws naming `path`.
+// then renamed over `path`, and the folder fsync'ed. Any failure before the rename removes the
+// temporary file and throws naming `path`; a failing folder fsync throws after the rename.
 void write_header_and_voxels(const std::string& path, const nifti_1_header& hdr, const void* voxels, size_t nbytes,
                              const std::string& where) {
   HG_CHECK(has_nifti_extension(path), where << "expected a file name ending in .nii or .nii.gz");
@@ -526,6 +527,11 @@ void write_header_and_voxels(const std::string& path, const nifti_1_header& hdr,
     ::unlink(tmp.c_str());
     HG_FAIL(where << "could not write the file (" << reason << "); expected a writable location with free space");
   }
+  // The rename is durable only once the folder's entry is on disk (as safetensors::write_file does).
+  const int dir = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY);
+  HG_CHECK(dir >= 0 && ::fsync(dir) == 0 && ::close(dir) == 0,
+           where << "wrote the file, but could not fsync its folder " << parent.string() << " ("
+                 << std::strerror(errno) << "); the file may not survive a power cut");
 }
 
 // `like`'s header, checked, with the fields that describe the voxels reset for a new datatype.

@@ -63,11 +63,13 @@ struct CheckpointState {
 /// Writes `state` to `path` (safetensors, via path.tmp and an atomic rename). Tensors must be
 /// defined (any device and memory format: written as host NCDHW bytes); names non-empty, at most
 /// 4096 bytes and unique across all three lists. Throws halfgrad::Error when
-/// a check fails or the file cannot be written (the old file at `path`, if any, is then untouched).
+/// a check fails or the file cannot be written (the old file at `path`, if any, is then untouched,
+/// unless only the folder's final fsync failed: safetensors::write_file).
 void write_checkpoint(const std::string& path, const CheckpointState& state);
 
 /// Reads and validates a whole file (safetensors::read_file's checks; the metadata JSON's size, depth
-/// and syntax). Throws halfgrad::Error for a missing, unreadable, truncated or corrupt file.
+/// and syntax). Throws halfgrad::Error for a missing, unreadable, truncated or structurally invalid file
+/// (safetensors has no checksum: a flipped bit inside tensor data is not detected).
 /// The returned tensors are new CPU leaves that own their data.
 CheckpointState read_checkpoint(const std::string& path);
 

@@ -15,7 +15,7 @@ import os
 import struct
 import sys
 
-GEOMETRY = [("dim", 40, 56), ("pixdim", 76, 108), ("xyzt_units", 123, 124), ("qform..srow", 252, 344)]
+GEOMETRY = [("dim", 40, 56), ("pixdim", 76, 108), ("xyzt_units", 123, 124), ("qform..srow", 252, 328)]
 
 
 def read(path):

@@ -93,6 +93,20 @@ std::vector<Job> plan_jobs(const PredictArgs& a) {
     if (!a.probabilities.empty()) j.probabilities = destination(a.probabilities, n, folder, "--probabilities");
     if (!a.labels.empty()) j.labels = (fs::path(a.labels) / n).string();
     if (!a.overlay.empty()) j.overlay = (fs::path(a.overlay) / (n.substr(0, n.rfind(".nii")) + ".png")).string();
+    // No two of the paths a volume reads and writes may be one file: --probabilities equal to
+    // --output would replace the label maps, and --output equal to --labels the reference labels
+    // (which would then score Dice 1). Compared as weakly canonical paths (they need not exist yet).
+    const std::pair<const char*, const std::string*> paths[] = {
+        {"--input", &j.input}, {"--output", &j.output}, {"--probabilities", &j.probabilities},
+        {"--labels", &j.labels}, {"--overlay", &j.overlay}};
+    for (size_t p = 0; p < 5; ++p)
+      for (size_t q = p + 1; q < 5; ++q) {
+        if (paths[p].second->empty() || paths[q].second->empty()) continue;
+        const fs::path u = fs::weakly_canonical(*paths[p].second, ec), v = fs::weakly_canonical(*paths[q].second, ec);
+        HG_CHECK(u != v, "halfgrad-unet3d predict: " << paths[p].first << " and " << paths[q].first << " both name "
+                                                     << u.string() << " for " << n
+                                                     << "; expected a different file for each (no output may replace an input)");
+      }
     jobs.push_back(j);
   }
   // Refuse at once, before any volume runs, rather than after an hour of work.

@@ -32,7 +32,7 @@ struct PredictArgs {
   std::string output;         // a file (one input) or a folder
   std::string device = "cpu";
   double overlap = 0.5;       // sliding-window overlap, a fraction in [0, 1)
-  bool tta = false;           // average the 8 mirrorings of (z, y, x)
+  bool tta = false;           // average the mirrorings along the recipe's flip axes (sliding_window.h)
   std::string probabilities;  // where the float32 softmax maps go (file or folder, as --output); empty = none
   std::string labels;         // folder of reference label maps (same file names): print Dice
   std::string overlay;        // folder for a PNG per volume (overlay.h): image | [label |] prediction

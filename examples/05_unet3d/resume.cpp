@@ -47,7 +47,7 @@ TrainArgs train_args_from_json(const Field& j) {
   a.fp32_ops = j["fp32_ops"].as_string_list();
   a.fp32_modules = j["fp32_modules"].as_string_list();
   const std::string seed = j["seed"].as_string();
-  HG_CHECK(!seed.empty() && seed.size() <= 20 && std::all_of(seed.begin(), seed.end(), ::isdigit),
+  HG_CHECK(!seed.empty() && seed.size() <= 20 && std::all_of(seed.begin(), seed.end(), [](unsigned char c) { return c >= '0' && c <= '9'; }),
            j.where() << ": field 'seed' is \"" << seed.substr(0, 24) << "\"; expected decimal digits");
   a.seed = std::stoull(seed);
   a.val_every = j["val_every"].as_int();
@@ -62,7 +62,7 @@ TrainArgs train_args_from_json(const Field& j) {
 const std::vector<std::string>& resume_allowed_options() {
   static const std::vector<std::string> allowed = {"--resume",           "--epochs",       "--save-every",
                                                    "--max-minutes",      "--stop-after-epoch", "--no-progress",
-                                                   "--no-memory-check"};
+                                                   "--no-memory-check",  "--workers",      "--prefetch"};
   return allowed;
 }
 
@@ -75,7 +75,8 @@ void check_resume_args(const TrainArgs& a) {
   HG_CHECK(refused.empty(), "halfgrad-unet3d train --resume " << a.resume << ": " << refused
                                 << " cannot be given with --resume: the run continues with the options it was "
                                    "started with; only --epochs, --save-every, --max-minutes, --stop-after-epoch, "
-                                   "--no-progress and --no-memory-check may be");
+                                   "--no-progress, --no-memory-check, --workers and --prefetch (which change no "
+                                   "bit) may be");
 }
 
 TrainArgs resumed_args(const TrainArgs& a, const nlohmann::json& train_meta) {
@@ -102,6 +103,8 @@ TrainArgs resumed_args(const TrainArgs& a, const nlohmann::json& train_meta) {
   b.memory_check = a.memory_check;
   b.max_minutes = a.max_minutes;
   b.stop_after_epoch = a.stop_after_epoch;
+  b.workers = a.workers;    // the loader's threads change no bit (loader.h): this process's choice
+  b.prefetch = a.prefetch;
   return b;
 }
 

@@ -42,7 +42,8 @@ struct RunCheckpointWrite {
 
 /// Writes RUN_DIR/training_state.safetensors, then RUN_DIR/model.safetensors (see above). Tensors may
 /// be on the CPU or CUDA in any memory format (one host staging copy each). Throws halfgrad::Error
-/// naming the file when a write fails (the previous files are then untouched).
+/// naming the file when a write fails (the previous files are then untouched, unless only a folder
+/// fsync failed after the rename: safetensors::write_file).
 RunCheckpointWrite save_run_checkpoint(const std::string& run_dir, const halfgrad::nn::Module& model,
                                        const halfgrad::optim::Optimizer& opt, const halfgrad::amp::GradScaler& scaler,
                                        const nlohmann::json& model_meta, const nlohmann::json& train_meta);

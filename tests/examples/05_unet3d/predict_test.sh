@@ -68,6 +68,15 @@ status=$?
 [[ $status == 0 ]] || fail "--overwrite: status $status: $out"
 [[ $(md5sum "$tmp/out/${good[0]}") == "$before" ]] || fail "the same run gave a different label map"
 
+# An output that would replace the reference labels or the label maps is refused before any work.
+out=$("$bin" predict --checkpoint "$ck" --input "$tmp/in" --output "$tmp/out" --labels "$tmp/out" --overwrite --no-progress 2>&1)
+status=$?
+[[ $status == 1 && $out == *"--output and --labels both name"* ]] || fail "--output = --labels was not refused: $status $out"
+out=$("$bin" predict --checkpoint "$ck" --input "$tmp/in" --output "$tmp/out" --probabilities "$tmp/out" --overwrite --no-progress 2>&1)
+status=$?
+[[ $status == 1 && $out == *"--output and --probabilities both name"* ]] || fail "--output = --probabilities was not refused: $status $out"
+[[ $(md5sum "$tmp/out/${good[0]}") == "$before" ]] || fail "a refused run changed a label map"
+
 # One file in: to a file path, to an existing folder; --probabilities and --tta.
 one=$tmp/in/${good[1]}
 out=$("$bin" predict --checkpoint "$ck" --input "$one" --output "$tmp/one.nii" --probabilities "$tmp/p.nii.gz" --tta \
