@@ -11,22 +11,18 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "tests/check_error.h"
+#include "tests/temp_dir.h"
 
 using namespace halfgrad;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("halfgrad_safetensors_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  fs::path path;
+// A fresh directory per test case (tests/temp_dir.h), named after this file's subject.
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("halfgrad_safetensors") {}
 };
+
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

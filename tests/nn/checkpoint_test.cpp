@@ -11,6 +11,7 @@
 #include "core/safetensors.h"
 #include "fuzz/tiny_module.h"
 #include "tests/check_error.h"
+#include "tests/temp_dir.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
 
@@ -19,17 +20,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory per test case, removed at the end.
-struct TempDir {
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("halfgrad_nn_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  fs::path path;
+// A fresh directory per test case (tests/temp_dir.h), named after this file's subject.
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("halfgrad_nn_ckpt") {}
 };
+
 
 nn::UNet3dOptions small() { return nn::UNet3dOptions().channels({2, 4}).bottleneck(8); }
 
