@@ -586,7 +586,7 @@ void write_label_nifti(const std::string& path, const Tensor& labels, const Volu
            where << "labels must be a CPU int64 (D, H, W) tensor");
   check_like_shape(labels.shape(), like, where, "the label map");
   nifti_1_header h = derived_header(like, where, NIFTI_TYPE_UINT8, 8);
-  const Tensor dense = labels.contiguous();
+  const Tensor dense = labels.format_copy(MemoryFormat::Contiguous);  // core only: io does not link the ops layer
   std::vector<uint8_t> bytes(static_cast<size_t>(dense.numel()));
   uint8_t top = 0;
   for (int64_t i = 0; i < dense.numel(); ++i) {
@@ -613,7 +613,7 @@ void write_probabilities_nifti(const std::string& path, const Tensor& probs, con
   h.dim[4] = static_cast<short>(probs.size(0));
   for (int d = 5; d < 8; ++d) h.dim[d] = 1;
   h.pixdim[4] = 1.0f;
-  const Tensor dense = probs.contiguous();  // (C, D, H, W): the class is the slowest axis, as NIfTI's t
+  const Tensor dense = probs.format_copy(MemoryFormat::Contiguous);  // (C, D, H, W): the class is the slowest axis, as NIfTI's t
   for (int64_t i = 0; i < dense.numel(); ++i)
     HG_CHECK(std::isfinite(dense.data<float>()[i]),
              where << "probability at flat index " << i << " is " << dense.data<float>()[i] << "; expected finite values");
