@@ -7,7 +7,7 @@
 #
 # Runs from the folder tools/gpu/pack.sh fills (.carry/): build/ (shared-library build), lib/,
 # data/hippocampus, reference/ (../shared/reference scripts + compare_gpu.py + torch_hippo_amp.py).
-#   bash bench/run_gpu_bench.sh [tests] [sanitize] [gemm] [conv] [step] [step-quick] [hippo] [serve] [all]
+#   bash bench/run_gpu_bench.sh [tests] [sanitize] [gemm] [conv] [step] [step-quick] [profile] [hippo] [serve] [all]
 # SEEDS="0 1" runs the hippocampus training (both frameworks) once per seed.
 set -uo pipefail
 cd "$(dirname "$0")/../.carry"
@@ -47,6 +47,20 @@ if want step || want step-quick; then
   t python3 reference/torch_unet_step.py "$OUT/torch_unet_step.json" > "$OUT/torch_unet_step.log" 2>&1
   q=""; want step-quick && ! want step && q=--quick
   t build/bench/unet_step_cuda "$OUT/unet_step_cuda.json" $q 2>&1 | tail -12
+fi
+if want profile; then
+  # Issue 11, item 1: one U-Net AMP step (channels-last, batch PROFILE_B at PROFILE_S^3) kernel by
+  # kernel, halfgrad under ncu (only the kernels inside the NVTX range "profiled_step"), PyTorch under
+  # torch.profiler; bench/profile_step.py prints the categories side by side.
+  echo "== profile: one U-Net AMP step, kernel by kernel"
+  pb=${PROFILE_B:-16}; ps=${PROFILE_S:-64}
+  t python3 ../bench/profile_step.py torch "$OUT/profile_torch.json" reference $pb $ps 2>&1 | tail -3
+  build/bench/unet_step_cuda --profile $pb $ps > "$OUT/profile_step.json"
+  t ncu --clock-control none --nvtx --nvtx-include "profiled_step/" --metrics gpu__time_duration.sum --csv --page raw \
+      --print-units base build/bench/unet_step_cuda --profile $pb $ps > "$OUT/profile_ncu.csv" 2> "$OUT/profile_ncu.err"
+  tail -3 "$OUT/profile_ncu.err"
+  python3 ../bench/profile_step.py ncu "$OUT/profile_ncu.csv" "$OUT/profile_halfgrad.json" "$OUT/profile_step.json"
+  python3 ../bench/profile_step.py report "$OUT/profile_halfgrad.json" "$OUT/profile_torch.json" | tee "$OUT/profile_report.txt"
 fi
 if want hippo; then
   echo "== hippocampus, AMP, reference recipe: PyTorch then halfgrad"

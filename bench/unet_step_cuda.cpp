@@ -6,6 +6,10 @@
 //   or channels-last (NDHWC) activations.
 //
 //   build/bench/unet_step_cuda OUT.json [--quick]
+//   build/bench/unet_step_cuda --profile [B] [S]   (for bench/profile_step.sh)
+// --profile: AMP, channels-last, batch B (default 16) at S^3 (default 64): 5 warm-up steps, then one
+// step inside the NVTX range "profiled_step" (ncu --nvtx --nvtx-include "profiled_step/" profiles
+// only its kernels) and the host wall time of 20 more steps, printed as JSON.
 // Timing: 5 warm-up steps, then the median of 20 steps, each timed from the host around a step
 // followed by cuda::synchronize (the step's loss.item() syncs anyway, as PyTorch's does not - so
 // this includes one sync per step that the PyTorch figure does not pay; it is small against a step).
@@ -20,6 +24,7 @@
 #include "amp/autocast.h"
 #include "amp/grad_scaler.h"
 #include "core/cuda/runtime.h"
+#include "core/nvtx.h"
 #include "nn/unet3d.h"
 #include "ops/ops.h"
 #include "optim/adamw.h"
@@ -27,7 +32,8 @@
 using namespace halfgrad;
 using Clock = std::chrono::steady_clock;
 
-static nlohmann::json run(const std::string& mode, int64_t B, int64_t S, bool channels_last, int64_t steps, int64_t warm) {
+static nlohmann::json run(const std::string& mode, int64_t B, int64_t S, bool channels_last, int64_t steps, int64_t warm,
+                          bool profile = false) {
   const bool use_amp = mode == "amp";
   manual_seed(0);
   auto model = std::make_shared<nn::UNet3d>(nn::UNet3dOptions());  // the reference: 16-32-64-128, bottleneck 256
@@ -55,6 +61,11 @@ static nlohmann::json run(const std::string& mode, int64_t B, int64_t S, bool ch
   };
   for (int64_t i = 0; i < warm; ++i) step();
   cuda::synchronize();
+  if (profile) {
+    NvtxRange range("profiled_step");
+    step();
+    cuda::synchronize();
+  }
   const size_t mallocs_before = cuda::allocator_stats().cuda_malloc_calls;
   std::vector<double> ms;
   for (int64_t i = 0; i < steps; ++i) {
@@ -82,6 +93,11 @@ int main(int argc, char** argv) {
   const std::string out_path = argc > 1 ? argv[1] : "unet_step_cuda.json";
   const bool quick = argc > 2 && std::string(argv[2]) == "--quick";
   try {
+    if (out_path == "--profile") {
+      const int64_t B = argc > 2 ? std::stoll(argv[2]) : 16, S = argc > 3 ? std::stoll(argv[3]) : 64;
+      std::cout << run("amp", B, S, /*channels_last=*/true, 20, 5, /*profile=*/true).dump() << std::endl;
+      return 0;
+    }
     std::cout << "device: " << cuda::device_description() << std::endl;
     nlohmann::json res = nlohmann::json::array();
     struct Config { std::string mode; int64_t B, S; bool cl; };
