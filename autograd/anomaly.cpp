@@ -110,12 +110,28 @@ std::string input_label(const std::string& op, size_t i) {
   return "input " + std::to_string(i) + (*role ? std::string(" (") + role + ")" : std::string());
 }
 
-// "; inputs: input 0 (input) float16 [..], ...; input 1 (weight) ..."
+// "inputs: input 0 (input) float16 [..], ...; input 1 (weight) ..."
 std::string describe_inputs(const std::string& op, const std::vector<Tensor>& inputs) {
   std::ostringstream os;
   os << "inputs:";
   for (size_t i = 0; i < inputs.size(); ++i)
     os << (i ? ";" : "") << " " << input_label(op, i) << " " << describe_values(inputs[i]);
+  return os.str();
+}
+
+// The same for a node's inputs at backward time: their values when the node kept
+// its inputs (anomaly mode was on during the forward); otherwise shapes and dtypes from its edges.
+std::string describe_inputs(const Node& node) {
+  if (!node.anomaly_inputs.empty()) return describe_inputs(node.name, node.anomaly_inputs);
+  std::ostringstream os;
+  os << "inputs:";
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const InputEdge& e = node.inputs[i];
+    os << (i ? ";" : "") << " " << input_label(node.name, i) << " ";
+    if (e.defined) os << dtype_name(e.dtype) << " " << shape_str(e.shape);
+    else os << "(none)";
+  }
+  os << " (values not kept: anomaly mode was off during the forward)";
   return os.str();
 }
 
@@ -220,7 +236,7 @@ void check_backward_anomaly_outputs(const Node& node, const Tensor& grad_output,
     std::ostringstream os;
     os << "anomaly mode: backward of " << node.name << " produced " << what_bad(s) << " in "
        << input_label(node.name, i) << ": " << describe_values(g) << "; from the finite incoming gradient "
-       << describe_values(grad_output) << "; forward " << describe_inputs(node.name, node.inputs) << "."
+       << describe_values(grad_output) << "; forward " << describe_inputs(node) << "."
        << kScalerNote;
     throw Error(os.str());
   }

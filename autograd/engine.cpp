@@ -68,7 +68,20 @@ Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs
     if (!t.defined()) continue;
     node->saved.push_back({s.kind, s.index, s.name, t.impl()->storage, t.version(), t.shape(), t.dtype()});
   }
-  node->inputs = inputs;
+  node->inputs.reserve(inputs.size());
+  for (const Tensor& in : inputs) {
+    InputEdge e;
+    e.defined = in.defined();
+    if (e.defined) {
+      e.grad_fn = in.impl()->grad_fn;
+      if (!e.grad_fn && in.impl()->requires_grad) e.leaf = in.impl_ptr();
+      e.impl = in.impl_ptr();
+      e.shape = in.shape();
+      e.dtype = in.dtype();
+    }
+    node->inputs.push_back(std::move(e));
+  }
+  if (anomaly_mode_enabled()) node->anomaly_inputs = inputs;
   node->backward = std::move(fn);
   node->output_shape = output.shape();
   node->output_dtype = output.dtype();
@@ -79,8 +92,11 @@ Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs
 
 void check_saved_versions(const Node& node) {
   for (const SavedTensor& s : node.saved) {
-    const bool replaced =
-        s.kind == Save::Kind::Input && node.inputs[s.index].impl()->storage.get() != s.storage.get();
+    bool replaced = false;
+    if (s.kind == Save::Kind::Input) {  // the input still exists (its user holds it) with another storage
+      const std::shared_ptr<TensorImpl> live = node.inputs[s.index].impl.lock();
+      replaced = live && live->storage.get() != s.storage.get();
+    }
     if (!replaced && s.storage->version() == s.version) continue;
     std::ostringstream what;
     if (s.kind == Save::Kind::Input) what << "input " << s.index << " '" << s.name << "'";
@@ -183,9 +199,9 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
   while (!stack.empty()) {
     auto& [node, next] = stack.back();
     if (next < node->inputs.size()) {
-      const Tensor& in = node->inputs[next++];
-      if (in.defined() && in.impl()->grad_fn) {
-        Node* child = in.impl()->grad_fn.get();
+      const InputEdge& in = node->inputs[next++];
+      if (in.grad_fn) {
+        Node* child = in.grad_fn.get();
         if (seen.insert(child).second) stack.push_back({child, 0});
       }
     } else {
@@ -219,14 +235,14 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
                               << node->inputs.size() << " inputs");
     if (anomaly) check_backward_anomaly_outputs(*node, g, in_grads);
     for (size_t i = 0; i < in_grads.size(); ++i) {
-      const Tensor& in = node->inputs[i];
+      const InputEdge& in = node->inputs[i];
       const Tensor& gi = in_grads[i];
-      if (!in.defined() || !gi.defined() || !in.impl()->requires_grad) continue;
+      if (!in.defined || !gi.defined() || !in.requires_grad()) continue;
       const std::string where = "backward of '" + node->name + "', input " + std::to_string(i);
-      if (in.impl()->grad_fn) {
-        accumulate(grads[in.impl()->grad_fn.get()], gi, in.dtype(), in.shape(), where, false);
-      } else {
-        accumulate(in.impl()->grad, gi, in.dtype(), in.shape(), where, true);
+      if (in.grad_fn) {
+        accumulate(grads[in.grad_fn.get()], gi, in.dtype, in.shape, where, false);
+      } else {  // a leaf: its dtype and shape now (Module::to may have converted it since)
+        accumulate(in.leaf->grad, gi, in.leaf->dtype, in.leaf->shape, where, true);
       }
     }
     if (!retain_graph) {

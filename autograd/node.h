@@ -1,6 +1,7 @@
 // node.h - the tape. Every differentiable op that sees an input with requires_grad records one Node:
-// its name, the input tensors it read, and a closure that maps the gradient of its output to the
-// gradients of its inputs (the chain rule for that op). `Tensor::backward()` walks the nodes in
+// its name, an edge to each input (InputEdge: the node that made it, or the leaf whose .grad it feeds),
+// and a closure that maps the gradient of its output to the gradients of its inputs (the chain rule
+// for that op). `Tensor::backward()` walks the nodes in
 // reverse topological order and calls each closure once.
 //
 // Convention for every backward in halfgrad: a gradient is ADDED (+=) into a leaf's `.grad`, and the
@@ -71,10 +72,35 @@ struct SavedTensor {
   Dtype dtype = kFloat32;
 };
 
+/// Where the gradient for one of a node's inputs goes (PyTorch's Edge): the node that produced a
+/// non-leaf input, or the TensorImpl of a leaf that requires grad (whose .grad accumulates it).
+/// It holds no activation buffer: a node keeps alive only what its closure saved (Save), so an
+/// intermediate that no backward reads (BatchNorm's output, consumed by relu, which saves its own
+/// output) is freed as soon as the forward drops it, as in PyTorch. Holding the inputs themselves
+/// kept every intermediate of the forward alive until the graph died.
+struct InputEdge {
+  bool defined = false;                // the op got a tensor here (an absent bias is undefined)
+  std::shared_ptr<Node> grad_fn;       // non-leaf input: the node that produced it
+  std::shared_ptr<TensorImpl> leaf;    // leaf input with requires_grad: its gradient accumulates here
+  std::weak_ptr<TensorImpl> impl;      // the input's TensorImpl, to notice a storage swap (Module::to)
+  Shape shape;                         // at record time (the gradient must have it)
+  Dtype dtype = kFloat32;
+  bool requires_grad() const { return grad_fn != nullptr || (leaf && leaf->requires_grad); }
+  /// Whether this edge's input is `t` (the same TensorImpl, and it still exists).
+  bool is(const Tensor& t) const {
+    const std::shared_ptr<TensorImpl> p = impl.lock();
+    return p && t.defined() && p == t.impl_ptr();
+  }
+};
+
 struct Node {
   std::string name;            // op name, used in error messages ("conv3d")
   std::string nvtx_name;       // "backward conv3d": the NVTX range around this node's backward
-  std::vector<Tensor> inputs;  // the op's tensor inputs, in the order the closure returns grads
+  std::vector<InputEdge> inputs;  // one per tensor input, in the order the closure returns grads
+  // The forward inputs themselves, kept only when anomaly mode (autograd/anomaly.h) was on at
+  // record() time, so that its messages can describe their values; empty otherwise. This costs the
+  // memory the edges above save, which is why only the debugging mode pays it.
+  std::vector<Tensor> anomaly_inputs;
   BackwardFn backward;         // empty once the graph has been freed
   bool freed = false;
   Shape output_shape;          // to check the incoming gradient

@@ -20,20 +20,22 @@ namespace {
 
 // Element counts per sample, for a U-Net with widths c_0..c_{L-1}, bottleneck b, K classes, on V
 // voxels (v_l = V / 8^l at level l). Every block is conv, norm, ReLU, conv, norm, ReLU: six tensors
-// of c x v.
-//   training  what the tape keeps at the end of the forward: encoder blocks 6 c_l v_l + the pooled
-//             c_l v_l / 8; bottleneck 6 b v_L; decoder up-conv c_l v_l, concatenation 2 c_l v_l and
-//             block 6 c_l v_l; head and loss 3 K V; the input V.
+// of c x v, of which the tape keeps four (each conv's output, which the norm saves, and each ReLU's
+// output, which the ReLU and the next conv save; the norm's output dies when the ReLU has read it:
+// autograd/node.h's InputEdge).
+//   training  what the tape keeps at the end of the forward: encoder blocks 4 c_l v_l + the pooled
+//             c_l v_l / 8; bottleneck 4 b v_L; decoder concatenation 2 c_l v_l (the up-conv's output
+//             dies in it) and block 4 c_l v_l; head and loss 3 K V; the input V.
 //   forward   without a tape a tensor lives until its last reader: the skips (c_l v_l each) while
 //             the decoder runs, plus the working set of the widest level-0 step (concatenation 2 c_0
 //             V, the block's conv in and out 2 c_0 V, up-conv c_0 V) and the logits and argmax 2 K V.
 double training_elements(const halfgrad::nn::UNet3dOptions& m, double voxels) {
   double e = 0, v = voxels;
   for (int64_t c : m.channels()) {
-    e += (6 + 0.125 + 9) * static_cast<double>(c) * v;
+    e += (4 + 0.125 + 6) * static_cast<double>(c) * v;
     v /= 8;
   }
-  e += 6 * static_cast<double>(m.bottleneck()) * v;
+  e += 4 * static_cast<double>(m.bottleneck()) * v;
   return e + (3 * static_cast<double>(m.num_classes()) + 1) * voxels;
 }
 
@@ -54,22 +56,21 @@ double forward_elements(const halfgrad::nn::UNet3dOptions& m, double voxels) {
 // one training step after the optimizer state exists, then a validation forward):
 // measured on the 2-core CPU machine (bytes of tensors above what was live before; the ratio is the
 // estimate over the measured peak with the coefficients below):
-//   train, widths 4-8-16-32 / 64 (208k params), 32^3 batch 2:  O0 31.6 MB (1.08)  O1 23.4 MB (1.08)
-//                                                               O2 23.4 MB (1.08)  O3 20.5 MB (1.08)
-//   train, same widths, 16x32x48 batch 4, O0:                    44.6 MB (1.08)
+//   train, widths 4-8-16-32 / 64 (208k params), 32^3 batch 2:  O0 21.3 MB (1.13)  O1 17.1 MB (1.12)
+//                                                               O2 17.1 MB (1.09)  O3 14.3 MB (1.10)
+//   train, same widths, 16x32x48 batch 4, O0:                    29.8 MB (1.12)
 //   train, the cpu recipe's 12-24-48-96 / 192 (3.18M params, 8 classes), 32x48x32:
-//                                          batch 1 O0 107.9 MB (1.05)   batch 2 O1 129.7 MB (1.09)
-//                                          32^3 batch 1 O3 49.7 MB (1.09)
+//                                          batch 1 O0 75.2 MB (1.21)   batch 2 O1 96.5 MB (1.17)
+//                                          32^3 batch 1 O3 40.4 MB (1.10)
 //   eval forward, cpu-recipe widths, 3 classes: O0 32x48x32 28.4 MB (1.08), 48x64x48 59.9 MB (1.11);
 //                                          48x64x48 O1 50.8 MB (1.21), O2 44.7 MB (1.24), O3 44.7 MB (1.24)
-//   whole runs (halfgrad-unet3d train --config reference --batch 2 on 5 hippocampus pairs, its
-//   printed "memory: peak"): 48x64x48 O0 511.1 MiB (1.05), O1 364.5 MiB (1.09).
+// (Training figures of 2026-12-01, after the tape stopped holding its inputs (InputEdge); before,
+// the same configurations peaked 1.2-1.5x higher. The whole-run figures of the earlier calibration,
+// 48x64x48 O0 511.1 MiB and O1 364.5 MiB with the reference widths, predate that, not re-measured.)
 // Extrapolated (linear in voxels): the forward of a 256^3 volume is estimated at 5.7 GiB with the cpu
 // recipe's widths and 7.5 GiB with the reference's (the 16 KB header-only file took 8.4 GB).
-// Beyond the model state, one training-step element costs 4.38 bytes at O0 (an FP32 tensor each, and
-// the gradients that backward holds at its peak), 2.8-3.0 bytes under O1-O3 (FP16 activations, FP32
-// norm statistics and casts); the coefficients carry a margin of about 8% over those.
-constexpr double kTrainBytesPerElement[4] = {4.8, 3.2, 3.3, 3.3};  // O0, O1, O2, O3
+// The coefficients below carry a margin of 9-21% over the training peaks above.
+constexpr double kTrainBytesPerElement[4] = {4.4, 3.05, 3.1, 3.1};  // O0, O1, O2, O3
 constexpr double kForwardBytesPerElement[4] = {4.4, 4.0, 4.0, 4.0};
 // Model state, bytes per parameter (see the header).
 constexpr double kStateBytesPerParameter[4] = {16, 18, 16, 8};
