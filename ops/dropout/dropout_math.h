@@ -9,11 +9,7 @@
 #pragma once
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define HALFGRAD_HD __host__ __device__
-#else
-#define HALFGRAD_HD
-#endif
+#include "core/host_device.h"
 
 namespace halfgrad::dropout {
 

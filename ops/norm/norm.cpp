@@ -390,24 +390,34 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   return y;
 }
 
+namespace {
+// instance_norm and group_norm: statistics per (n, group of geo.cpg channels), in the dtype autocast
+// gives `kind` (their rows differ: instance_norm none, group_norm the FP32 list).
+Tensor per_sample_norm(const char* op, amp::OpKind kind, const Tensor& x, const NormGeometry& geo,
+                       const Tensor& weight, const Tensor& bias, double eps) {
+  const Tensor xx = x.to(amp::autocast_dtype(kind, {x.dtype()}));
+#ifdef HALFGRAD_CUDA
+  if (xx.is_cuda()) {
+    cuda::NormCudaArgs args;
+    args.op = op;
+    args.per_sample = true;
+    args.channels_per_group = geo.cpg;
+    args.batch_stats = true;
+    args.eps = eps;
+    return norm_forward_cuda(args, xx, weight, bias, Tensor(), Tensor());
+  }
+#endif
+  return norm_forward(op, xx, weight, bias, geo, true, {}, {}, eps, nullptr, nullptr);
+}
+}  // namespace
+
 Tensor instance_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   NvtxRange nvtx_range("instance_norm");
   check_norm_input("instance_norm", x, weight, bias);
   const NormGeometry geo = geometry_of(x, /*per_sample=*/true);
   HG_CHECK(geo.group_size() > 1, "instance_norm: expected more than 1 spatial element per (sample, channel), got "
                                  "input of shape " << shape_str(x.shape()));
-  const Dtype dt = amp::autocast_dtype(amp::OpKind::InstanceNorm, {x.dtype()});
-#ifdef HALFGRAD_CUDA
-  if (x.is_cuda()) {
-    cuda::NormCudaArgs args;
-    args.op = "instance_norm";
-    args.per_sample = true;
-    args.batch_stats = true;
-    args.eps = eps;
-    return norm_forward_cuda(args, x.to(dt), weight, bias, Tensor(), Tensor());
-  }
-#endif
-  return norm_forward("instance_norm", x.to(dt), weight, bias, geo, true, {}, {}, eps, nullptr, nullptr);
+  return per_sample_norm("instance_norm", amp::OpKind::InstanceNorm, x, geo, weight, bias, eps);
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
@@ -418,21 +428,9 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
            "group_norm: expected the number of channels of input " << shape_str(x.shape())
                                                                    << " to be divisible by num_groups, but got num_groups="
                                                                    << num_groups);
-  const NormGeometry geo = geometry_of(x, /*per_sample=*/true, C / num_groups);
   // The FP32 list: the input is cast (the affine parameters are read in FP32 inside either way).
-  const Dtype dt = amp::autocast_dtype(amp::OpKind::GroupNorm, {x.dtype()});
-#ifdef HALFGRAD_CUDA
-  if (x.is_cuda()) {
-    cuda::NormCudaArgs args;
-    args.op = "group_norm";
-    args.per_sample = true;
-    args.channels_per_group = geo.cpg;
-    args.batch_stats = true;
-    args.eps = eps;
-    return norm_forward_cuda(args, x.to(dt), weight, bias, Tensor(), Tensor());
-  }
-#endif
-  return norm_forward("group_norm", x.to(dt), weight, bias, geo, true, {}, {}, eps, nullptr, nullptr);
+  return per_sample_norm("group_norm", amp::OpKind::GroupNorm, x, geometry_of(x, /*per_sample=*/true, C / num_groups),
+                         weight, bias, eps);
 }
 
 }  // namespace halfgrad::ops

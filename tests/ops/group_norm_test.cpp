@@ -3,6 +3,9 @@
 // the FP32 autocast policy, instance_norm == group_norm with G = C, and the errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "amp/autocast.h"
 #include "autograd/gradcheck.h"
 #include "core/error.h"
@@ -147,4 +150,22 @@ TEST_CASE("ops: layer_norm errors: trailing dims not normalized_shape, weight of
   check_error([&] { ops::layer_norm(x, {2, 3, 4, 5}); }, {"layer_norm", "[2, 3, 4]"});
   check_error([&] { ops::layer_norm(x, {4}, Tensor::ones({3})); }, {"layer_norm", "weight", "[3]"});
   check_error([&] { ops::layer_norm(x, {}); }, {"layer_norm", "at least one dim"});
+}
+
+TEST_CASE("ops: layer_norm / group_norm float32: a NaN or inf makes its row / group NaN, the others stay finite") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = Tensor::from_vector(std::vector<float>{1.f, inf, 2.f, 1.f, 2.f, 3.f, nan, 0.f, 4.f, 5.f, 6.f, 8.f},
+                                       {4, 3});
+  const std::vector<float> y = ops::layer_norm(x, {3}).to_float_vector();
+  for (int r = 0; r < 4; ++r)
+    for (int k = 0; k < 3; ++k) {
+      CAPTURE(r);
+      CHECK(std::isnan(y[r * 3 + k]) == (r == 0 || r == 2));
+    }
+  // (2, 2, 3) in 2 groups of one channel: group (0, 0) holds the inf, group (1, 0) the NaN.
+  const std::vector<float> g = ops::group_norm(x.view_as_shape({2, 2, 3}), 2).to_float_vector();
+  for (int i = 0; i < 12; ++i) {
+    CAPTURE(i);
+    CHECK(std::isnan(g[i]) == (i / 3 == 0 || i / 3 == 2));
+  }
 }
