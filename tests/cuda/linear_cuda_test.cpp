@@ -1,6 +1,7 @@
 // linear_cuda_test.cpp - nn::Linear and nn::Flatten on CUDA: a (*, in) input with leading dims and a
 // channels-last 5-D input give the CPU's values and gradients; under autocast Linear runs in FP16 (the
-// FP16 list) with FP32 weight gradients. (ops::linear itself: matmul_cuda_test.cpp.)
+// FP16 list) with FP32 weight gradients; flatten of a channels-last input keeps the logical order.
+// (ops::linear itself: matmul_cuda_test.cpp.)
 #include "amp/autocast.h"
 #include "nn/linear.h"
 #include "ops/matmul/matmul.h"
@@ -50,4 +51,23 @@ CUDA_TEST_CASE("nn::Linear cuda under autocast: FP16 output, FP32 weight gradien
   ops::sum(y).backward();
   CHECK(lin.weight.grad().dtype() == kFloat32);
   CHECK(lin.bias.grad().is_cuda());
+}
+
+CUDA_TEST_CASE("flatten cuda f32/f16 of an NDHWC (2, 3, 4, 5, 6) input keeps PyTorch's logical order; dx too") {
+  for (Dtype dt : {kFloat32, kFloat16}) {
+    const Tensor x = random_tensor({2, 3, 4, 5, 6}, 21, dt);
+    for (const auto& [s, e] : {std::pair<int64_t, int64_t>{1, -1}, {0, 2}, {2, 4}, {-2, -1}}) {
+      CAPTURE(s);
+      CAPTURE(e);
+      Tensor xg = to_cuda(x, MemoryFormat::ChannelsLast3d).set_requires_grad(true);
+      Tensor y = ops::flatten(xg, s, e);
+      const Tensor y_cpu = ops::flatten(x, s, e);
+      CHECK(y.shape() == y_cpu.shape());
+      CHECK(y.to_float_vector() == y_cpu.to_float_vector());
+      const Tensor dy = random_tensor(y.shape(), 22, dt);
+      y.backward(to_cuda(dy));
+      CHECK(xg.grad().shape() == x.shape());
+      CHECK(ops::flatten(xg.grad().contiguous(), s, e).to_float_vector() == dy.to_float_vector());
+    }
+  }
 }
