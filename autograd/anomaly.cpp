@@ -176,7 +176,7 @@ std::string describe_values(const Tensor& t) {
 const char* input_role(const std::string& op, size_t i) {
   // Ops whose record() inputs are (input, weight, bias).
   static const char* const kWeighted[] = {"conv3d", "conv_transpose3d", "linear", "batch_norm", "instance_norm",
-                                          "group_norm"};
+                                          "group_norm", "layer_norm"};
   static const char* const kWeightedRoles[] = {"input", "weight", "bias"};
   // Ops whose record() inputs are (a, b).
   static const char* const kBinary[] = {"add", "sub", "mul", "div", "matmul"};

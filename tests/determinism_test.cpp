@@ -14,7 +14,8 @@
 // kernels (wide, narrow and quad fprop blocks; wgrad rows at W 24, channels at W 12), the column GEMM
 // (the (2, 4, 6) bottleneck, below the direct kernels' 128 outputs; the transposed convs) and, with
 // 2 threads, their parallel loops.
-// Op-level cases below pin the thread-count independence of conv3d, matmul and sum directly.
+// Op-level cases below pin the thread-count independence of conv3d, matmul, sum, group_norm,
+// layer_norm, dropout and the elementwise losses directly.
 #include <doctest/doctest.h>
 #include <omp.h>
 
@@ -250,5 +251,29 @@ TEST_CASE("determinism: matmul f32 (300,200)x(200,130) and sum f32 of 2^20 value
     Generator gen(6);
     Tensor x = Tensor::randn({1 << 20}, gen);
     return std::vector<Tensor>{ops::sum(x), ops::mean(x)};
+  });
+}
+
+TEST_CASE("determinism: group_norm, layer_norm, dropout and the elementwise losses f32 do not depend on the thread count") {
+  // 2^18 values or more: above parallel_worth's threshold, so 2 and 3 threads split the loops.
+  auto norm_case = [](bool layer) {
+    Generator gen(7);
+    Tensor x = Tensor::randn({4, 16, 8, 32, 32}, gen).set_requires_grad(true);
+    const Shape ps = layer ? Shape{32, 32} : Shape{16};
+    Tensor w = Tensor::randn(ps, gen).set_requires_grad(true), b = Tensor::randn(ps, gen).set_requires_grad(true);
+    Tensor y = layer ? ops::layer_norm(x, {32, 32}, w, b) : ops::group_norm(x, 4, w, b);
+    ops::sum(ops::mul(y, Tensor::randn(y.shape(), gen))).backward();
+    return std::vector<Tensor>{y, x.grad(), w.grad(), b.grad()};
+  };
+  check_thread_invariant("group_norm", [&] { return norm_case(false); });
+  check_thread_invariant("layer_norm", [&] { return norm_case(true); });
+  check_thread_invariant("dropout + losses", [] {
+    Generator gen(8);
+    Tensor x = Tensor::randn({1 << 19}, gen).set_requires_grad(true);
+    const Tensor t = Tensor::uniform({1 << 19}, 0.0, 1.0, gen);
+    Tensor d = ops::dropout(x, 0.3, true, gen);
+    Tensor l = ops::mse_loss(d, t) + ops::l1_loss(x, t, ops::Reduction::Sum) + ops::binary_cross_entropy_with_logits(x, t);
+    l.backward();
+    return std::vector<Tensor>{d, l, x.grad()};
   });
 }

@@ -5,11 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define HALFGRAD_HD __host__ __device__
-#else
-#define HALFGRAD_HD
-#endif
+#include "core/host_device.h"
 
 namespace halfgrad::smooth {
 

@@ -1,10 +1,11 @@
-// norm.cpp - batch_norm and instance_norm on the CPU (math and errors in norm.h).
+// norm.cpp - batch_norm, instance_norm and group_norm on the CPU (math and errors in norm.h).
 //
 // Geometry: x (N, C, *spatial) is viewed as (N, C, S), S = prod(spatial); the (n, c) "chunk" is the
 // contiguous run of S values at (n*C + c)*S. A "group" shares one mean and variance:
-//   batch_norm     group = channel c, its N chunks, M = N*S values
-//   instance_norm  group = chunk (n, c),           M = S values
-// Both are the same three passes, which differ only in how chunks map to groups:
+//   batch_norm     group = channel c, its N chunks,                            M = N*S values
+//   group_norm     group = (n, g), the cpg = C/G consecutive chunks of sample n, M = cpg*S values
+//   instance_norm  group = chunk (n, c): group_norm with G = C, cpg = 1,       M = S values
+// All are the same three passes, which differ only in how chunks map to groups:
 //   forward   1. per piece: sum (x - K) and sum (x - K)^2 in FP64, K = the group's first value (a
 //                shift that keeps the one-pass variance free of cancellation when |mean| >> std), or
 //                0 when that value is inf or NaN (x - inf would turn a +inf among finite values into
@@ -17,11 +18,15 @@
 // one-pass variance at 0 (rounding can leave it slightly negative) is written so that it keeps a NaN.
 //             3. per piece: y = (x - mean) * (w*invstd) + b
 //   backward  1. per piece: sum dy and sum dy*(x - mean) in FP64
-//             2. per group: dbias_c += sum dy, dweight_c += invstd * sum dy*(x - mean)
-//             3. per piece: dx = A*dy + B*(x - mean) + C0 with, per group,
-//                A = w*invstd, B = -A*invstd*mean(dy*xhat), C0 = -A*mean(dy)   (training)
-//                dx = A*dy, A = w*invstd                                       (evaluation: x's
+//             2. per chunk (n, c): dbias_c += sum dy, dweight_c += invstd * sum dy*(x - mean);
+//                per group: SA = sum_c w_c sum dy, SB = sum_c w_c sum dy*(x - mean) (the sums of
+//                dxhat = w_c dy and dxhat*(x - mean) over the group's chunks)
+//             3. per piece: dx = A*dy + B*(x - mean) + C0 with A = w_c*invstd per chunk and, per group,
+//                B = -invstd^3*SB/M, C0 = -invstd*SA/M                         (training)
+//                dx = A*dy                                                     (evaluation: x's
 //                values, even NaN ones, and the running mean do not reach dx, as in PyTorch)
+//                With one channel per group (batch_norm, instance_norm) B = -A*invstd*mean(dy*xhat)
+//                and C0 = -A*mean(dy).
 // Parallel mapping: every pass runs over "pieces" (at most kPiece values of one chunk), split among
 // the OpenMP threads; the per-piece FP64 partial sums are combined serially in piece order, so the
 // result does not depend on the thread count. Saved for backward: x itself and mean/invstd per group
@@ -50,29 +55,32 @@ constexpr int64_t kPiece = 16384;
 
 struct NormGeometry {
   int64_t N = 0, C = 0, S = 0;
-  bool per_sample = false;  // instance_norm: one group per (n, c)
+  bool per_sample = false;  // group_norm / instance_norm: groups of cpg channels within each sample
+  int64_t cpg = 1;          // channels per group (per_sample): C / G; 1 for instance_norm
 
-  int64_t groups() const { return per_sample ? N * C : C; }
-  int64_t group_of_chunk(int64_t k) const { return per_sample ? k : k % C; }
-  int64_t group_size() const { return per_sample ? S : N * S; }
+  int64_t groups() const { return per_sample ? N * C / cpg : C; }
+  // Chunk k = n*C + c belongs to group n*G + c/cpg = k / cpg (cpg divides C).
+  int64_t group_of_chunk(int64_t k) const { return per_sample ? k / cpg : k % C; }
+  int64_t group_size() const { return per_sample ? cpg * S : N * S; }
   int64_t pieces_per_chunk() const { return (S + kPiece - 1) / kPiece; }
   int64_t num_pieces() const { return N * C * pieces_per_chunk(); }
   // Piece j -> chunk, and the [begin, end) flat range it covers.
   int64_t chunk_of(int64_t j) const { return j / pieces_per_chunk(); }
   int64_t begin_of(int64_t j) const { return chunk_of(j) * S + (j % pieces_per_chunk()) * kPiece; }
   int64_t len_of(int64_t j) const { return std::min(kPiece, S - (j % pieces_per_chunk()) * kPiece); }
-  // Flat index of the first value of group g (the shift K): chunk g for instance_norm, chunk (0, c=g)
-  // for batch_norm, so g*S either way.
-  int64_t first_of_group(int64_t g) const { return g * S; }
+  // Flat index of the first value of group g (the shift K): its first chunk g*cpg (group_norm), or
+  // chunk (0, c=g) (batch_norm).
+  int64_t first_of_group(int64_t g) const { return (per_sample ? g * cpg : g) * S; }
 };
 
-NormGeometry geometry_of(const Tensor& x, bool per_sample) {
+NormGeometry geometry_of(const Tensor& x, bool per_sample, int64_t cpg = 1) {
   NormGeometry g;
   g.N = x.shape()[0];
   g.C = x.shape()[1];
   g.S = 1;
   for (int64_t d = 2; d < x.dim(); ++d) g.S *= x.shape()[d];
   g.per_sample = per_sample;
+  g.cpg = cpg;
   return g;
 }
 
@@ -196,22 +204,27 @@ std::vector<Tensor> norm_backward(const NormBackward& nb, const Tensor& x, const
         s2[j] = b;
       }
     }
-    // 2. per group / channel
-    std::vector<double> sdy(G, 0.0), sdyx(G, 0.0);
+    // 2. per chunk (dweight, dbias) and per group (SA, SB), in piece order
+    const int64_t K = geo.N * C;
+    std::vector<double> cdy(K, 0.0), cdyx(K, 0.0);
     for (int64_t j = 0; j < P; ++j) {
-      const int64_t g = geo.group_of_chunk(geo.chunk_of(j));
-      sdy[g] += s1[j];
-      sdyx[g] += s2[j];
+      cdy[geo.chunk_of(j)] += s1[j];
+      cdyx[geo.chunk_of(j)] += s2[j];
+    }
+    std::vector<double> SA(G, 0.0), SB(G, 0.0);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t g = geo.group_of_chunk(k), c = k % C;
+      db[c] += cdy[k];
+      dw[c] += nb.invstd[g] * cdyx[k];
+      SA[g] += w[c] * cdy[k];
+      SB[g] += w[c] * cdyx[k];
     }
     const double M = static_cast<double>(geo.group_size());
-    std::vector<double> A(G), B(G), C0(G);
+    std::vector<double> B(G), C0(G);
     for (int64_t g = 0; g < G; ++g) {
-      const int64_t c = g % C;
-      db[c] += sdy[g];
-      dw[c] += nb.invstd[g] * sdyx[g];
-      A[g] = w[c] * nb.invstd[g];
-      B[g] = nb.training ? -A[g] * nb.invstd[g] * nb.invstd[g] * sdyx[g] / M : 0.0;
-      C0[g] = nb.training ? -A[g] * sdy[g] / M : 0.0;
+      const double is = nb.invstd[g];
+      B[g] = nb.training ? -is * is * is * SB[g] / M : 0.0;
+      C0[g] = nb.training ? -is * SA[g] / M : 0.0;
     }
     if (!nb.need_x) return;
     // 3. dx = A*dy + B*(x - mean) + C0 (training), A*dy (evaluation)
@@ -219,9 +232,9 @@ std::vector<Tensor> norm_backward(const NormBackward& nb, const Tensor& x, const
     T* pd = dx.data<T>();
 #pragma omp parallel for schedule(static) if (P > 1 && parallel_worth(geo.N * geo.C * geo.S))
     for (int64_t j = 0; j < P; ++j) {
-      const int64_t g = geo.group_of_chunk(geo.chunk_of(j));
+      const int64_t k = geo.chunk_of(j), g = geo.group_of_chunk(k);
       const int64_t off = geo.begin_of(j), n = geo.len_of(j);
-      const T a = static_cast<T>(A[g]), b = static_cast<T>(B[g]), c0 = static_cast<T>(C0[g]);
+      const T a = static_cast<T>(w[k % C] * nb.invstd[g]), b = static_cast<T>(B[g]), c0 = static_cast<T>(C0[g]);
       const T m = static_cast<T>(nb.mean[g]);
       const T* p = px + off;
       const T* d = pg + off;
@@ -377,24 +390,47 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   return y;
 }
 
+namespace {
+// instance_norm and group_norm: statistics per (n, group of geo.cpg channels), in the dtype autocast
+// gives `kind` (their rows differ: instance_norm none, group_norm the FP32 list).
+Tensor per_sample_norm(const char* op, amp::OpKind kind, const Tensor& x, const NormGeometry& geo,
+                       const Tensor& weight, const Tensor& bias, double eps) {
+  const Tensor xx = x.to(amp::autocast_dtype(kind, {x.dtype()}));
+#ifdef HALFGRAD_CUDA
+  if (xx.is_cuda()) {
+    cuda::NormCudaArgs args;
+    args.op = op;
+    args.per_sample = true;
+    args.channels_per_group = geo.cpg;
+    args.batch_stats = true;
+    args.eps = eps;
+    return norm_forward_cuda(args, xx, weight, bias, Tensor(), Tensor());
+  }
+#endif
+  return norm_forward(op, xx, weight, bias, geo, true, {}, {}, eps, nullptr, nullptr);
+}
+}  // namespace
+
 Tensor instance_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   NvtxRange nvtx_range("instance_norm");
   check_norm_input("instance_norm", x, weight, bias);
   const NormGeometry geo = geometry_of(x, /*per_sample=*/true);
   HG_CHECK(geo.group_size() > 1, "instance_norm: expected more than 1 spatial element per (sample, channel), got "
                                  "input of shape " << shape_str(x.shape()));
-  const Dtype dt = amp::autocast_dtype(amp::OpKind::InstanceNorm, {x.dtype()});
-#ifdef HALFGRAD_CUDA
-  if (x.is_cuda()) {
-    cuda::NormCudaArgs args;
-    args.op = "instance_norm";
-    args.per_sample = true;
-    args.batch_stats = true;
-    args.eps = eps;
-    return norm_forward_cuda(args, x.to(dt), weight, bias, Tensor(), Tensor());
-  }
-#endif
-  return norm_forward("instance_norm", x.to(dt), weight, bias, geo, true, {}, {}, eps, nullptr, nullptr);
+  return per_sample_norm("instance_norm", amp::OpKind::InstanceNorm, x, geo, weight, bias, eps);
+}
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  NvtxRange nvtx_range("group_norm");
+  check_norm_input("group_norm", x, weight, bias);
+  const int64_t C = x.shape()[1];
+  HG_CHECK(num_groups >= 1 && C % num_groups == 0,
+           "group_norm: expected the number of channels of input " << shape_str(x.shape())
+                                                                   << " to be divisible by num_groups, but got num_groups="
+                                                                   << num_groups);
+  // The FP32 list: the input is cast (the affine parameters are read in FP32 inside either way).
+  return per_sample_norm("group_norm", amp::OpKind::GroupNorm, x, geometry_of(x, /*per_sample=*/true, C / num_groups),
+                         weight, bias, eps);
 }
 
 }  // namespace halfgrad::ops

@@ -1,7 +1,9 @@
-// norm_cuda.cu - batch_norm and instance_norm on the GPU (the ops, their errors and autograd: norm.cpp).
+// norm_cuda.cu - batch_norm, instance_norm and group_norm on the GPU (the ops, their errors and
+// autograd: norm.cpp).
 //
 // Math (a "group" g shares one mean and variance: channel c for batch_norm, M = N*S values; (n, c) for
-// instance_norm, M = S values; S = prod(spatial)):
+// instance_norm, M = S values; (n, the cpg = C/G channels of group gc) for group_norm, M = cpg*S
+// values, instance_norm being group_norm with cpg = 1; S = prod(spatial)):
 //   forward   K = the group's first value (a shift: the one-pass variance then has no cancellation when
 //             |mean| >> std), or 0 when it is inf or NaN; s1 = sum (x - K), s2 = sum (x - K)^2,
 //             mean = K + s1/M, var = s2/M - (s1/M)^2 clamped at 0 keeping NaN (biased),
@@ -10,13 +12,18 @@
 //             y = (x - mean) * (w * invstd) + b,
 //             batch_norm training: running_mean = (1-m) running_mean + m mean,
 //                                  running_var  = (1-m) running_var  + m var * M/(M-1)   (unbiased)
-//   backward  sdy = sum dy, sdyx = sum dy * (x - mean);  dbias_c = sum_g sdy, dweight_c = sum_g invstd*sdyx
-//             dx = A dy + B (x - mean) + C0,  A = w*invstd,
-//             B = -A invstd^2 sdyx / M, C0 = -A sdy / M  (training; in evaluation dx = A dy alone)
+//   backward  per (n, c): sdy = sum dy, sdyx = sum dy * (x - mean);  dbias_c = sum_n sdy,
+//             dweight_c = sum_n invstd*sdyx;  per group: SA = sum_c w_c sdy, SB = sum_c w_c sdyx
+//             dx = A dy + B (x - mean) + C0,  A = w_c*invstd,
+//             B = -invstd^3 SB / M, C0 = -invstd SA / M  (training; in evaluation dx = A dy alone)
 // Every op is the same three passes, reading x (and dy) twice and writing once:
 //   1. reduce   per block, FP32 sums per thread, combined in FP64 -> partials (FP64) in a buffer
-//   2. finalize one block per channel sums its groups' partials in a fixed order (FP64) and writes the
-//               per-group coefficients (m, A, B, C0) as float; forward also saves (mean, invstd)
+//   2. finalize one block per channel (batch_norm) or per group column gc (the groups (n, gc) of every
+//               sample) sums its groups' partials in a fixed order (FP64) and writes the per-(n, c)
+//               coefficients (m, A, B, C0) as float; forward also saves (mean, invstd) per group.
+//               For group_norm that is C/G blocks, each walking its cpg channels one block reduction
+//               (~1 us) at a time: a few groups of many channels (G = 1, C = 320) make this pass a
+//               serial ~1 ms, not measured yet on the H200.
 //   3. apply    out = A dy + B (x - m) + C0 (forward: A unused, B = w invstd, C0 = b)
 // Bytes: forward 1 read (stats) + 1 read + 1 write of x; backward 2 reads (x, dy) + 2 reads + 1 write.
 //
@@ -31,7 +38,8 @@
 //          grid = (samples * T tiles, channel slices), partial index = (sample*T + tile)*C + c.
 //   Loads and stores are V-wide vectors (16 bytes: 8 halfs or 4 floats) when S (NCDHW) or C (NDHWC)
 //   is a multiple of V, else scalar (V = 1). Buffers come from the allocator 256-byte aligned.
-//   Per-channel tensors: weight, bias, running stats float32 [C]; saved (2, G), coef (4, G) float32.
+//   Per-channel tensors: weight, bias, running stats float32 [C]; saved (2, G), coef (4, N*C) (the
+//   per-sample norms) or (4, C) (batch_norm) float32. Partials are per (n, c) chunk in every norm.
 // Non-finite values propagate as in PyTorch and as norm.cpp: a NaN makes its group's mean, var, y and
 // running stats NaN; an inf among finite values gives mean +-inf and var NaN (inf - inf).
 // Precision: x, dy, y, dx float or half (loaded as half, math in FP32, rounded once). Each thread sums
@@ -39,6 +47,7 @@
 // that (block, grid, group) is FP64, in a fixed order: results do not depend on timing.
 #include "core/cuda/check.cuh"
 #include "ops/norm/norm_cuda.h"
+#include "ops/norm/norm_reduce.cuh"
 
 #include <algorithm>
 #include <type_traits>
@@ -46,8 +55,9 @@
 namespace halfgrad::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+using norm_reduce::block_sum2;
+using norm_reduce::kThreads;
+using norm_reduce::norm_shift;
 // NCDHW: each thread of a piece loads kIters vectors: 64 halfs / 32 floats per thread, a piece of
 // 16 Ki halfs: big enough to amortise the block reduction, small enough to give 4096 blocks for the
 // U-Net's first layer.
@@ -69,7 +79,8 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) { *reinterpr
 
 struct NormGeo {
   int64_t N, C, S;
-  bool per_sample;     // instance_norm
+  bool per_sample;     // instance_norm, group_norm: groups within each sample
+  int64_t cpg;         // channels per group (per_sample): C / G; 1 for instance_norm and batch_norm
   bool channels_last;  // NDHWC
   // NCDHW
   int64_t P;      // pieces per chunk
@@ -84,8 +95,14 @@ struct NormGeo {
   int slices;         // channel slices (grid.y)
   int64_t items;      // partials per array: grid.x (NCDHW) or grid.x * C (NDHWC)
 
-  __host__ __device__ int64_t groups() const { return per_sample ? N * C : C; }
-  __host__ __device__ int64_t group_size() const { return per_sample ? S : N * S; }
+  __host__ __device__ int64_t groups() const { return per_sample ? N * C / cpg : C; }
+  __host__ __device__ int64_t group_size() const { return per_sample ? cpg * S : N * S; }
+  // Coefficient columns: one per (n, c) for the per-sample norms, one per channel for batch_norm.
+  __host__ __device__ int64_t coefs() const { return per_sample ? N * C : C; }
+  // Blocks of the finalize kernels: one per group column (per-sample norms) or channel.
+  __host__ __device__ int64_t columns() const { return per_sample ? C / cpg : C; }
+  // The group of channel c of sample n (n = 0 for batch_norm).
+  __device__ int64_t group_of(int64_t n, int64_t c) const { return per_sample ? (n * C + c) / cpg : c; }
   // Partials of the group of (sample n, channel c) (n = 0 for batch_norm): J of them, j-th at index(j).
   __device__ int64_t partials_per_group() const { return channels_last ? T : (per_sample ? P : N * P); }
   __device__ int64_t partial_index(int64_t n, int64_t c, int64_t j) const {
@@ -100,34 +117,6 @@ struct NormGeo {
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// The shift K from the group's first value v: v, or 0 when v is inf or NaN (x - inf would make the
-// mean of {+inf, 5} NaN instead of +inf). The reduce and finalize kernels must agree on it.
-__device__ __forceinline__ float norm_shift(float v) { return isfinite(v) ? v : 0.f; }
-
-// FP64 sum of (a, b) over the block; the result is valid in thread 0. Every thread must call it.
-__device__ void block_sum2(double& a, double& b) {
-  __shared__ double wa[kWarps], wb[kWarps];
-  for (int o = 16; o > 0; o >>= 1) {
-    a += __shfl_down_sync(0xffffffffu, a, o);
-    b += __shfl_down_sync(0xffffffffu, b, o);
-  }
-  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-  if (l == 0) {
-    wa[w] = a;
-    wb[w] = b;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    a = 0;
-    b = 0;
-    for (int i = 0; i < kWarps; ++i) {
-      a += wa[i];
-      b += wb[i];
-    }
-  }
-  __syncthreads();  // wa / wb may be reused by the next call
-}
-
 // ---- pass 1: reduce -------------------------------------------------------------------------------
 // kGrad false: s1 = sum (x - K), s2 = sum (x - K)^2, K read from x.
 // kGrad true:  s1 = sum dy,      s2 = sum dy (x - mean), mean = saved[g].
@@ -138,8 +127,9 @@ __global__ void __launch_bounds__(kThreads)
     reduce_ncdhw_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ saved, NormGeo g,
                         double* __restrict__ part) {
   const int64_t chunk = blockIdx.x / g.P, p = blockIdx.x % g.P, c = chunk % g.C;
-  const int64_t grp = g.per_sample ? chunk : c;
-  const float shift = kGrad ? saved[grp] : norm_shift(to_float(x[grp * g.S]));  // chunk (0, c) starts at c*S
+  const int64_t grp = g.per_sample ? chunk / g.cpg : c;
+  // The group's first value: chunk grp*cpg (per-sample norms) or chunk (0, c) (batch_norm), at chunk*S.
+  const float shift = kGrad ? saved[grp] : norm_shift(to_float(x[(g.per_sample ? grp * g.cpg : c) * g.S]));
   const int64_t begin = chunk * g.S + p * g.piece;
   const int64_t len = min64(g.piece, g.S - p * g.piece);
   float s1 = 0.f, s2 = 0.f;
@@ -187,13 +177,12 @@ __global__ void __launch_bounds__(kThreads)
   if (ro < g.R && cv * V < g.C) {
     const int64_t c0 = cv * V;
     float shift[V];
-    if constexpr (kGrad) {
+    // The V channels may lie in different groups (cpg not a multiple of V): one shift each, the
+    // group's mean (kGrad) or its first value (row 0 of the sample, the group's first channel).
 #pragma unroll
-      for (int v = 0; v < V; ++v) shift[v] = saved[(g.per_sample ? sample * g.C : 0) + c0 + v];
-    } else {
-      const Vec<T, V> kv = load_vec<T, V>(x + sample * g.rows * g.C + c0);
-#pragma unroll
-      for (int v = 0; v < V; ++v) shift[v] = norm_shift(to_float(kv.v[v]));
+    for (int v = 0; v < V; ++v) {
+      if constexpr (kGrad) shift[v] = saved[g.group_of(sample, c0 + v)];
+      else shift[v] = norm_shift(to_float(x[sample * g.rows * g.C + ((c0 + v) / g.cpg) * g.cpg]));
     }
     const int64_t r_end = min64(g.rows, (t + 1) * g.tile_rows);
     const T* xs = x + sample * g.rows * g.C + c0;
@@ -265,63 +254,93 @@ __global__ void __launch_bounds__(kThreads)
     finalize_forward_kernel(const T* __restrict__ x, NormGeo g, const double* __restrict__ part,
                             const float* __restrict__ w, const float* __restrict__ b, float* rm, float* rv,
                             double momentum, double eps, float* __restrict__ saved, float* __restrict__ coef) {
-  const int64_t c = blockIdx.x, G = g.groups(), per_channel = g.per_sample ? g.N : 1;
+  const int64_t col = blockIdx.x, G = g.groups(), NC = g.coefs(), samples = g.per_sample ? g.N : 1;
+  const int64_t c_begin = g.per_sample ? col * g.cpg : col, c_end = c_begin + (g.per_sample ? g.cpg : 1);
   const double M = static_cast<double>(g.group_size());
-  for (int64_t n = 0; n < per_channel; ++n) {
+  for (int64_t n = 0; n < samples; ++n) {
     double s1 = 0, s2 = 0;
-    if (part) sum_group(g, part, n, c, s1, s2);
+    if (part)
+      for (int64_t c = c_begin; c < c_end; ++c) {  // the group's chunks in channel order (FP64)
+        double a = 0, b2 = 0;
+        sum_group(g, part, n, c, a, b2);
+        s1 += a;
+        s2 += b2;
+      }
     if (threadIdx.x != 0) continue;
-    const int64_t grp = g.per_sample ? n * g.C + c : c;
+    const int64_t grp = g.group_of(n, c_begin);
     double mean, var;
     if (part) {
-      const double K = norm_shift(to_float(x[g.first_offset(n, c)]));
+      const double K = norm_shift(to_float(x[g.first_offset(n, c_begin)]));
       const double m1 = s1 / M;
       mean = K + m1;
       var = s2 / M - m1 * m1;
       if (var < 0.0) var = 0.0;  // rounding; not fmax(0.0, var), which turns a NaN into 0
-      if (!g.per_sample && rm) rm[c] = static_cast<float>((1 - momentum) * rm[c] + momentum * mean);
-      if (!g.per_sample && rv) rv[c] = static_cast<float>((1 - momentum) * rv[c] + momentum * var * M / (M - 1));
+      if (!g.per_sample && rm) rm[col] = static_cast<float>((1 - momentum) * rm[col] + momentum * mean);
+      if (!g.per_sample && rv) rv[col] = static_cast<float>((1 - momentum) * rv[col] + momentum * var * M / (M - 1));
     } else {
-      mean = rm[c];
-      var = rv[c];
+      mean = rm[col];
+      var = rv[col];
     }
     const double invstd = 1.0 / sqrt(var + eps);
-    const double wc = w ? w[c] : 1.0, bc = b ? b[c] : 0.0;
     saved[grp] = static_cast<float>(mean);
     saved[G + grp] = static_cast<float>(invstd);
-    coef[grp] = static_cast<float>(mean);
-    coef[G + grp] = 0.f;
-    coef[2 * G + grp] = static_cast<float>(wc * invstd);
-    coef[3 * G + grp] = static_cast<float>(bc);
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int64_t k = g.per_sample ? n * g.C + c : c;
+      const double wc = w ? w[c] : 1.0, bc = b ? b[c] : 0.0;
+      coef[k] = static_cast<float>(mean);
+      coef[NC + k] = 0.f;
+      coef[2 * NC + k] = static_cast<float>(wc * invstd);
+      coef[3 * NC + k] = static_cast<float>(bc);
+    }
   }
 }
 
-// coef (4, G) = (mean, A, B, C0) for dx; dw, db [C] (each may be null). part is null when neither the
-// mean terms (evaluation) nor dweight / dbias need the sums.
+// coef (4, NC) = (mean, A, B, C0) for dx; dw, db [C] (each may be null). part is null when neither the
+// mean terms (evaluation) nor dweight / dbias need the sums. One block per group column (or channel):
+// first the coefficients per sample, then dweight / dbias per channel summed over the samples in FP64
+// (the partials are read twice: they are a few per chunk).
 __global__ void __launch_bounds__(kThreads)
     finalize_backward_kernel(NormGeo g, const double* __restrict__ part, const float* __restrict__ w,
                              const float* __restrict__ saved, bool batch_stats, float* __restrict__ coef,
                              float* __restrict__ dw, float* __restrict__ db) {
-  const int64_t c = blockIdx.x, G = g.groups(), per_channel = g.per_sample ? g.N : 1;
+  const int64_t col = blockIdx.x, G = g.groups(), NC = g.coefs(), samples = g.per_sample ? g.N : 1;
+  const int64_t c_begin = g.per_sample ? col * g.cpg : col, c_end = c_begin + (g.per_sample ? g.cpg : 1);
   const double M = static_cast<double>(g.group_size());
-  double dwc = 0, dbc = 0;
-  for (int64_t n = 0; n < per_channel; ++n) {
-    double sdy = 0, sdyx = 0;
-    if (part) sum_group(g, part, n, c, sdy, sdyx);
+  for (int64_t n = 0; n < samples; ++n) {
+    double SA = 0, SB = 0;  // sum_c w_c sdy_c, sum_c w_c sdyx_c over the group's channels (thread 0)
+    if (part)
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        double sdy = 0, sdyx = 0;
+        sum_group(g, part, n, c, sdy, sdyx);
+        const double wc = w ? w[c] : 1.0;
+        SA += wc * sdy;
+        SB += wc * sdyx;
+      }
     if (threadIdx.x != 0) continue;
-    const int64_t grp = g.per_sample ? n * g.C + c : c;
+    const int64_t grp = g.group_of(n, c_begin);
     const double invstd = saved[G + grp];
-    const double A = (w ? w[c] : 1.0) * invstd;
-    dbc += sdy;
-    dwc += invstd * sdyx;
-    coef[grp] = saved[grp];
-    coef[G + grp] = static_cast<float>(A);
-    coef[2 * G + grp] = batch_stats ? static_cast<float>(-A * invstd * invstd * sdyx / M) : 0.f;
-    coef[3 * G + grp] = batch_stats ? static_cast<float>(-A * sdy / M) : 0.f;
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int64_t k = g.per_sample ? n * g.C + c : c;
+      coef[k] = saved[grp];
+      coef[NC + k] = static_cast<float>((w ? w[c] : 1.0) * invstd);
+      coef[2 * NC + k] = batch_stats ? static_cast<float>(-invstd * invstd * invstd * SB / M) : 0.f;
+      coef[3 * NC + k] = batch_stats ? static_cast<float>(-invstd * SA / M) : 0.f;
+    }
   }
-  if (threadIdx.x == 0) {
-    if (dw) dw[c] = static_cast<float>(dwc);
-    if (db) db[c] = static_cast<float>(dbc);
+  if (!part || (!dw && !db)) return;
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    double dwc = 0, dbc = 0;
+    for (int64_t n = 0; n < samples; ++n) {
+      double sdy = 0, sdyx = 0;
+      sum_group(g, part, n, c, sdy, sdyx);
+      if (threadIdx.x != 0) continue;
+      dbc += sdy;
+      dwc += saved[G + g.group_of(n, c)] * sdyx;
+    }
+    if (threadIdx.x == 0) {
+      if (dw) dw[c] = static_cast<float>(dwc);
+      if (db) db[c] = static_cast<float>(dbc);
+    }
   }
 }
 
@@ -334,8 +353,8 @@ __global__ void __launch_bounds__(kThreads)
     apply_ncdhw_kernel(const T* __restrict__ x, const T* __restrict__ dy, const float* __restrict__ coef, NormGeo g,
                        T* __restrict__ out, bool x_terms) {
   const int64_t chunk = blockIdx.x / g.P, p = blockIdx.x % g.P, c = chunk % g.C;
-  const int64_t grp = g.per_sample ? chunk : c, G = g.groups();
-  const float m = coef[grp], A = coef[G + grp], B = coef[2 * G + grp], C0 = coef[3 * G + grp];
+  const int64_t k = g.per_sample ? chunk : c, NC = g.coefs();  // the chunk's coefficient column
+  const float m = coef[k], A = coef[NC + k], B = coef[2 * NC + k], C0 = coef[3 * NC + k];
   const int64_t begin = chunk * g.S + p * g.piece;
   const int64_t len = min64(g.piece, g.S - p * g.piece);
 #pragma unroll 4
@@ -363,14 +382,14 @@ __global__ void __launch_bounds__(kThreads)
   const int cvl = threadIdx.x % g.CVb, ro = threadIdx.x / g.CVb;
   const int64_t cv = int64_t(blockIdx.y) * g.CVb + cvl;
   if (ro >= g.R || cv * V >= g.C) return;
-  const int64_t c0 = cv * V, G = g.groups(), g0 = (g.per_sample ? sample * g.C : 0) + c0;
+  const int64_t c0 = cv * V, NC = g.coefs(), k0 = (g.per_sample ? sample * g.C : 0) + c0;
   float m[V], A[V], B[V], C0[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) {
-    m[v] = coef[g0 + v];
-    A[v] = coef[G + g0 + v];
-    B[v] = coef[2 * G + g0 + v];
-    C0[v] = coef[3 * G + g0 + v];
+    m[v] = coef[k0 + v];
+    A[v] = coef[NC + k0 + v];
+    B[v] = coef[2 * NC + k0 + v];
+    C0[v] = coef[3 * NC + k0 + v];
   }
   const int64_t base = sample * g.rows * g.C + c0;
   const int64_t r_end = min64(g.rows, (t + 1) * g.tile_rows);
@@ -395,13 +414,14 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- launchers ------------------------------------------------------------------------------------
 
-NormGeo make_geo(const Tensor& x, bool per_sample, int V) {
+NormGeo make_geo(const Tensor& x, bool per_sample, int64_t cpg, int V) {
   NormGeo g{};
   g.N = x.shape()[0];
   g.C = x.shape()[1];
   g.S = 1;
   for (int64_t d = 2; d < x.dim(); ++d) g.S *= x.shape()[d];
   g.per_sample = per_sample;
+  g.cpg = per_sample ? cpg : 1;
   g.channels_last = x.is_channels_last();
   if (!g.channels_last) {
     g.piece = int64_t(kThreads) * V * kIters;
@@ -482,6 +502,8 @@ void check_param(const char* op, const char* what, const Tensor& t, const Tensor
 NormCudaForward norm_forward(const NormCudaArgs& a, const Tensor& x, const Tensor& weight, const Tensor& bias,
                              const Tensor& running_mean, const Tensor& running_var) {
   check_x(a.op, x);
+  HG_CHECK(a.channels_per_group >= 1 && x.shape()[1] % a.channels_per_group == 0,
+           a.op << ": " << x.shape()[1] << " channels do not split into groups of " << a.channels_per_group);
   check_param(a.op, "weight", weight, x);
   check_param(a.op, "bias", bias, x);
   check_param(a.op, "running_mean", running_mean, x);
@@ -494,10 +516,10 @@ NormCudaForward norm_forward(const NormCudaArgs& a, const Tensor& x, const Tenso
   dispatch_vec(x, [&](auto tag, auto vtag) {
     using T = decltype(tag);
     constexpr int V = decltype(vtag)::value;
-    const NormGeo g = make_geo(x, a.per_sample, V);
+    const NormGeo g = make_geo(x, a.per_sample, a.channels_per_group, V);
     const int64_t G = g.groups();
     r.saved = Tensor::empty({2, G}, kFloat32, Device::CUDA);
-    Tensor coef = Tensor::empty({4, G}, kFloat32, Device::CUDA);
+    Tensor coef = Tensor::empty({4, g.coefs()}, kFloat32, Device::CUDA);
     Tensor part;
     const T* px = dptr<T>(x);
     if (a.batch_stats) {
@@ -510,7 +532,7 @@ NormCudaForward norm_forward(const NormCudaArgs& a, const Tensor& x, const Tenso
                                                                                 part.data<double>());
       HG_CUDA_LAUNCH_CHECK(a.op);
     }
-    finalize_forward_kernel<T><<<static_cast<unsigned>(g.C), kThreads, 0, stream()>>>(
+    finalize_forward_kernel<T><<<static_cast<unsigned>(g.columns()), kThreads, 0, stream()>>>(
         px, g, part.defined() ? part.data<double>() : nullptr, fptr(weight), fptr(bias), fptr_mut(running_mean),
         fptr_mut(running_var), a.momentum, a.eps, r.saved.data<float>(), coef.data<float>());
     HG_CUDA_LAUNCH_CHECK(a.op);
@@ -553,10 +575,10 @@ NormCudaGrads norm_backward(const NormCudaArgs& a, const Tensor& x, const Tensor
   dispatch_vec(x, [&](auto tag, auto vtag) {
     using T = decltype(tag);
     constexpr int V = decltype(vtag)::value;
-    const NormGeo g = make_geo(x, a.per_sample, V);
+    const NormGeo g = make_geo(x, a.per_sample, a.channels_per_group, V);
     HG_CHECK(saved.defined() && saved.is_cuda() && saved.numel() == 2 * g.groups(),
              a.op << ": backward needs the forward's saved statistics (2, " << g.groups() << ")");
-    Tensor coef = Tensor::empty({4, g.groups()}, kFloat32, Device::CUDA);
+    Tensor coef = Tensor::empty({4, g.coefs()}, kFloat32, Device::CUDA);
     const T* px = dptr<T>(x);
     const T* pd = dptr<T>(dy);
     Tensor part;
@@ -570,7 +592,7 @@ NormCudaGrads norm_backward(const NormCudaArgs& a, const Tensor& x, const Tensor
                                                                                part.data<double>());
       HG_CUDA_LAUNCH_CHECK(a.op);
     }
-    finalize_backward_kernel<<<static_cast<unsigned>(g.C), kThreads, 0, stream()>>>(
+    finalize_backward_kernel<<<static_cast<unsigned>(g.columns()), kThreads, 0, stream()>>>(
         g, part.defined() ? part.data<double>() : nullptr, fptr(weight), saved.data<float>(), a.batch_stats,
         coef.data<float>(), fptr_mut(r.dweight), fptr_mut(r.dbias));
     HG_CUDA_LAUNCH_CHECK(a.op);

@@ -1,10 +1,11 @@
-// norm_cuda.h - batch_norm and instance_norm on the GPU (plain C++: no CUDA types or headers).
+// norm_cuda.h - batch_norm, instance_norm and group_norm on the GPU (plain C++: no CUDA types or headers).
 // Math, layouts and the parallel mapping are in norm_cuda.cu; the ops and their autograd are in norm.cpp.
 //
 // x (N, C, *spatial) float32 or float16, CUDA, NCDHW or (5-D only) NDHWC; y / dx come back in x's dtype
 // and memory format. Per-channel tensors (weight, bias, running_mean, running_var) are float32 CUDA
 // tensors of shape [C] or undefined; the caller converts weight / bias to float32 first.
-// A "group" shares one mean and variance: channel c (batch_norm) or (n, c) (instance_norm).
+// A "group" shares one mean and variance: channel c (batch_norm), (n, c) (instance_norm) or (n, the
+// channels_per_group channels of one group) (group_norm).
 #pragma once
 #include "core/tensor.h"
 
@@ -12,7 +13,8 @@ namespace halfgrad::cuda {
 
 struct NormCudaArgs {
   const char* op = "batch_norm";
-  bool per_sample = false;   // instance_norm: one group per (n, c); batch_norm: one per channel
+  bool per_sample = false;   // instance_norm / group_norm: groups within a sample; batch_norm: one per channel
+  int64_t channels_per_group = 1;  // per_sample: C / G (group_norm), 1 (instance_norm); C must divide by it
   bool batch_stats = true;   // normalise with the batch's statistics (training) or the running ones
   double momentum = 0.1;     // running-stat update (batch_norm in training, when the stats are defined)
   double eps = 1e-5;
