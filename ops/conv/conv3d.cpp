@@ -86,8 +86,9 @@ ConvGeometry check_and_plan(const char* op, const Tensor& x, const Tensor& w, co
            op << ": output extents " << shape_str(out) << " are < 1 for input " << shape_str(xs) << ", weight "
               << shape_str(ws) << ", stride " << s.str() << ", padding " << pad.str() << ", dilation " << dil.str());
   if (!transposed) return conv::make_geometry(xs[0], cin, cout, xs[2], xs[3], xs[4], k, s, pad, dil);
-  // G runs from y's extents to x's; with output_padding, G's own output formula would give more than
-  // x's extents (the extra rows of y reach no output of G), so its output extents are set to x's.
+  // G runs from y's extents to x's. G's output formula gives x's extents back, except on an axis whose
+  // output_padding is >= its stride (allowed below the dilation): there it gives one more row, which x
+  // does not have, so G's output extents are set to x's.
   ConvGeometry g = conv::make_geometry(xs[0], cout, cin, out[2], out[3], out[4], k, s, pad, dil);
   g.od = xs[2];
   g.oh = xs[3];
