@@ -14,6 +14,8 @@
 // Init (reset_parameters, as PyTorch): weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), with
 // fan_in = weight.size(1) * kd kh kw: Cin kd kh kw for Conv3d, Cout kd kh kw for ConvTranspose3d
 // (nn/init.h).
+// extra_repr as PyTorch's, except that a value equal on every axis prints as one integer
+// ("kernel_size=3", PyTorch "kernel_size=(3, 3, 3)"); dilation and output_padding only when not default.
 // Not supported (unlike PyTorch): groups, padding modes other than zeros, padding="same"/"valid".
 #pragma once
 #include <cstdint>

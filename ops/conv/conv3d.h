@@ -2,8 +2,8 @@
 //
 // Per-axis integers: kernel (kd, kh, kw) from w's trailing dims; stride, padding, dilation and
 // output_padding are ExpandingArray<3> over (D, H, W) (core/expanding_array.h: one integer means all
-// three axes), as libtorch's torch::nn::functional::conv3d / conv_transpose3d options. For axis a with
-// input extent X, kernel k, stride s, padding p, dilation d:
+// three axes), as libtorch's torch::nn::functional::conv3d / conv_transpose3d options. Below, for
+// each axis: input extent X, kernel k, stride s, padding p, dilation d.
 //
 // conv3d (cross-correlation, as PyTorch):
 //   x (N, Cin, D, H, W), w (Cout, Cin, kd, kh, kw), b (Cout) or undefined
@@ -15,8 +15,9 @@
 // conv_transpose3d (the adjoint of conv3d w.r.t. its input, as PyTorch's ConvTranspose3d):
 //   x (N, Cin, D, H, W), w (Cin, Cout, kd, kh, kw), b (Cout)
 //   y (N, Cout, Do, Ho, Wo),  Xo = (X - 1) s - 2p + d (k - 1) + output_padding + 1
-//   output_padding (extra rows at the high end of each axis, which only the bias reaches) must be
-//   < stride or < dilation on its axis, as PyTorch requires; conv3d rejects a nonzero output_padding.
+//   output_padding adds rows at the high end of an axis (PyTorch's way to pick which of the input
+//   extents a strided conv3d maps to the same output extent to go back to); it must be < stride or
+//   < dilation on its axis, as PyTorch requires; conv3d rejects a nonzero output_padding.
 // Precision: autocast's FP16 list: operands are cast to FP16, products accumulate in FP32, the output
 // is FP16. Float64 computes in double (gradcheck).
 // CPU implementation: GEMMs over column tiles (ops/conv/conv_gemm.h), per axis; FP32/FP16 3x3x3
