@@ -1,48 +1,88 @@
 // conv3d.h - Conv3d and ConvTranspose3d layers (torch.nn.Conv3d / torch.nn.ConvTranspose3d) over
 // ops::conv3d / ops::conv_transpose3d (see ops/conv/conv3d.h for the math and autocast behaviour).
 //
-//   Conv3d           x (N, Cin, D, H, W) -> y (N, Cout, Do, Ho, Wo),  Do = (D + 2p - k) / s + 1
-//                    weight (Cout, Cin, k, k, k), bias (Cout)
-//   ConvTranspose3d  x (N, Cin, D, H, W) -> y (N, Cout, Do, Ho, Wo),  Do = (D - 1) s - 2p + k
-//                    weight (Cin, Cout, k, k, k), bias (Cout)
+//   Conv3d           x (N, Cin, D, H, W) -> y (N, Cout, Do, Ho, Wo),  Xo = (X + 2p - d (k - 1) - 1) / s + 1
+//                    weight (Cout, Cin, kd, kh, kw), bias (Cout)
+//   ConvTranspose3d  x (N, Cin, D, H, W) -> y (N, Cout, Do, Ho, Wo),
+//                    Xo = (X - 1) s - 2p + d (k - 1) + output_padding + 1
+//                    weight (Cin, Cout, kd, kh, kw), bias (Cout)
+// per axis X of (D, H, W), with that axis's kernel k, stride s, padding p and dilation d. Kernel,
+// stride, padding, dilation and output_padding are ExpandingArray<3> (core/expanding_array.h): a single
+// integer means all three axes, a list {kd, kh, kw} one value per axis, e.g. nnU-Net's in-plane-only
+// Conv3dOptions(32, 64, {1, 3, 3}).stride({1, 2, 2}).padding({0, 1, 1}) for anisotropic scans.
 // Parameters are Float32 (the master weights; autocast makes the FP16 copies per op).
 // Init (reset_parameters, as PyTorch): weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), with
-// fan_in = weight.size(1) * k^3: Cin k^3 for Conv3d, Cout k^3 for ConvTranspose3d (nn/init.h).
-// Not supported (unlike PyTorch): non-cubic kernels, per-axis stride/padding, dilation, groups,
-// output_padding, padding modes other than zeros.
+// fan_in = weight.size(1) * kd kh kw: Cin kd kh kw for Conv3d, Cout kd kh kw for ConvTranspose3d
+// (nn/init.h).
+// extra_repr as PyTorch's, except that a value equal on every axis prints as one integer
+// ("kernel_size=3", PyTorch "kernel_size=(3, 3, 3)"); dilation and output_padding only when not default.
+// Not supported (unlike PyTorch): groups, padding modes other than zeros, padding="same"/"valid".
 #pragma once
 #include <cstdint>
 
+#include "core/expanding_array.h"
 #include "nn/module.h"
 
 namespace halfgrad::nn {
 
-/// Conv3dOptions(in, out, kernel).stride(s).padding(p).bias(b); each setter has a getter of the same
-/// name (options.stride()), as libtorch's TORCH_ARG. Used by both conv layers.
+/// Conv3dOptions(in, out, kernel).stride(s).padding(p).dilation(d).bias(b); each setter has a getter of
+/// the same name (options.stride()), as libtorch's TORCH_ARG.
 struct Conv3dOptions {
-  Conv3dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+  Conv3dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray<3> kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  Conv3dOptions& stride(int64_t s) { stride_ = s; return *this; }
-  Conv3dOptions& padding(int64_t p) { padding_ = p; return *this; }
+  Conv3dOptions& stride(ExpandingArray<3> s) { stride_ = s; return *this; }
+  Conv3dOptions& padding(ExpandingArray<3> p) { padding_ = p; return *this; }
+  Conv3dOptions& dilation(ExpandingArray<3> d) { dilation_ = d; return *this; }
   Conv3dOptions& bias(bool b) { bias_ = b; return *this; }
   int64_t in_channels() const { return in_channels_; }
   int64_t out_channels() const { return out_channels_; }
-  int64_t kernel_size() const { return kernel_size_; }
-  int64_t stride() const { return stride_; }
-  int64_t padding() const { return padding_; }
+  const ExpandingArray<3>& kernel_size() const { return kernel_size_; }
+  const ExpandingArray<3>& stride() const { return stride_; }
+  const ExpandingArray<3>& padding() const { return padding_; }
+  const ExpandingArray<3>& dilation() const { return dilation_; }
   bool bias() const { return bias_; }
 
   int64_t in_channels_;
   int64_t out_channels_;
-  int64_t kernel_size_;
-  int64_t stride_ = 1;
-  int64_t padding_ = 0;
+  ExpandingArray<3> kernel_size_;
+  ExpandingArray<3> stride_ = 1;
+  ExpandingArray<3> padding_ = 0;
+  ExpandingArray<3> dilation_ = 1;
   bool bias_ = true;
 };
-using ConvTranspose3dOptions = Conv3dOptions;
 
-/// 3-D convolution layer. Parameters: "weight" (Cout, Cin, k, k, k), "bias" (Cout) when options.bias.
-/// Throws halfgrad::Error from the constructor for channels or kernel < 1, stride < 1, padding < 0.
+/// ConvTranspose3dOptions(in, out, kernel).stride(s).padding(p).output_padding(op).dilation(d).bias(b),
+/// as libtorch's ConvTranspose3dOptions. output_padding must be < stride or < dilation per axis.
+struct ConvTranspose3dOptions {
+  ConvTranspose3dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray<3> kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  ConvTranspose3dOptions& stride(ExpandingArray<3> s) { stride_ = s; return *this; }
+  ConvTranspose3dOptions& padding(ExpandingArray<3> p) { padding_ = p; return *this; }
+  ConvTranspose3dOptions& output_padding(ExpandingArray<3> p) { output_padding_ = p; return *this; }
+  ConvTranspose3dOptions& dilation(ExpandingArray<3> d) { dilation_ = d; return *this; }
+  ConvTranspose3dOptions& bias(bool b) { bias_ = b; return *this; }
+  int64_t in_channels() const { return in_channels_; }
+  int64_t out_channels() const { return out_channels_; }
+  const ExpandingArray<3>& kernel_size() const { return kernel_size_; }
+  const ExpandingArray<3>& stride() const { return stride_; }
+  const ExpandingArray<3>& padding() const { return padding_; }
+  const ExpandingArray<3>& output_padding() const { return output_padding_; }
+  const ExpandingArray<3>& dilation() const { return dilation_; }
+  bool bias() const { return bias_; }
+
+  int64_t in_channels_;
+  int64_t out_channels_;
+  ExpandingArray<3> kernel_size_;
+  ExpandingArray<3> stride_ = 1;
+  ExpandingArray<3> padding_ = 0;
+  ExpandingArray<3> output_padding_ = 0;
+  ExpandingArray<3> dilation_ = 1;
+  bool bias_ = true;
+};
+
+/// 3-D convolution layer. Parameters: "weight" (Cout, Cin, kd, kh, kw), "bias" (Cout) when options.bias.
+/// Throws halfgrad::Error from the constructor, naming the layer, for channels or a kernel extent < 1,
+/// stride < 1, padding < 0 or dilation < 1 on any axis.
 class Conv3d : public Module {
  public:
   explicit Conv3d(const Conv3dOptions& options, Generator& gen = default_generator());
@@ -58,11 +98,12 @@ class Conv3d : public Module {
 };
 
 /// 3-D transposed convolution layer (the adjoint of Conv3d w.r.t. its input; the U-Net's upsampler).
-/// Parameters: "weight" (Cin, Cout, k, k, k), "bias" (Cout) when options.bias.
+/// Parameters: "weight" (Cin, Cout, kd, kh, kw), "bias" (Cout) when options.bias. Constructor errors as
+/// Conv3d's, and output_padding < 0 or not below the stride or the dilation on its axis.
 class ConvTranspose3d : public Module {
  public:
   explicit ConvTranspose3d(const ConvTranspose3dOptions& options, Generator& gen = default_generator());
-  /// x (N, Cin, D, H, W) -> (N, Cout, (D-1)s-2p+k, ...); errors as ops::conv_transpose3d.
+  /// x (N, Cin, D, H, W) -> (N, Cout, (D-1)s-2p+d(k-1)+op+1, ...); errors as ops::conv_transpose3d.
   Tensor forward(const Tensor& x) override;
   void reset_parameters(Generator& gen = default_generator());
   std::string extra_repr() const override;

@@ -203,11 +203,12 @@ void check_thread_invariant(const char* what, F f) {
   }
 }
 
-// conv3d (stride 1, padding 1) forward, then dx, dw and db by backward of sum(y * g).
-std::vector<Tensor> conv_fwd_bwd(const Shape& xs, int64_t cout, int64_t k, int64_t stride, int64_t pad, Dtype dt) {
+// conv3d forward (kernel, stride and padding per axis), then dx, dw and db by backward of sum(y * g).
+std::vector<Tensor> conv_fwd_bwd(const Shape& xs, int64_t cout, ExpandingArray<3> k, ExpandingArray<3> stride,
+                                 ExpandingArray<3> pad, Dtype dt) {
   Generator gen(99);
   Tensor x = Tensor::randn(xs, gen, dt).set_requires_grad(true);
-  Tensor w = Tensor::randn({cout, xs[1], k, k, k}, gen, dt, 0.2).set_requires_grad(true);
+  Tensor w = Tensor::randn({cout, xs[1], k[0], k[1], k[2]}, gen, dt, 0.2).set_requires_grad(true);
   Tensor b = Tensor::randn({cout}, gen, dt).set_requires_grad(true);
   Tensor y = ops::conv3d(x, w, b, ops::Conv3dParams().stride(stride).padding(pad));
   Tensor g = Tensor::randn(y.shape(), gen, dt);
@@ -236,6 +237,11 @@ TEST_CASE("determinism: conv3d f32 fprop/dgrad/wgrad bits do not depend on the t
   check_thread_invariant("conv3d gemm k2 s2 (2,16,8,8,8)->24", [] { return conv_fwd_bwd({2, 16, 8, 8, 8}, 24, 2, 2, 0, kFloat32); });
   check_thread_invariant("conv3d gemm k3 s2 (2,16,9,9,9)->16", [] { return conv_fwd_bwd({2, 16, 9, 9, 9}, 16, 3, 2, 1, kFloat32); });
   check_thread_invariant("conv3d gemm f64 (1,8,8,8,8)->8", [] { return conv_fwd_bwd({1, 8, 8, 8, 8}, 8, 3, 1, 1, kFloat64); });
+  // Per-axis (nnU-Net's anisotropic plans): (1,3,3) stride (1,2,2) (overlapping in H, W), (1,3,3) stride 1.
+  check_thread_invariant("conv3d gemm k(1,3,3) s(1,2,2) (2,16,6,17,16)->16",
+                         [] { return conv_fwd_bwd({2, 16, 6, 17, 16}, 16, {1, 3, 3}, {1, 2, 2}, {0, 1, 1}, kFloat32); });
+  check_thread_invariant("conv3d gemm k(1,3,3) (2,8,6,16,16)->16",
+                         [] { return conv_fwd_bwd({2, 8, 6, 16, 16}, 16, {1, 3, 3}, 1, {0, 1, 1}, kFloat32); });
 }
 
 TEST_CASE("determinism: matmul f32 (300,200)x(200,130) and sum f32 of 2^20 values do not depend on the thread count") {

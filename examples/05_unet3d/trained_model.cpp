@@ -67,6 +67,16 @@ nn::UNet3dOptions infer_options(const safetensors::Header& h, const std::string&
   o.norm(by_name.count("enc.0.1.running_mean") ? nn::NormKind::Batch
          : by_name.count("enc.0.0.bias")        ? nn::NormKind::None
                                                 : nn::NormKind::Instance);
+  // The kernels UNet3d builds: 3x3x3 block convs, 2x2x2 up-convolutions, a 1x1x1 head. A state_dict
+  // with per-axis kernels (nnU-Net's (1, 3, 3) for anisotropic plans) is another architecture, which
+  // UNet3dOptions cannot describe: say so here rather than as a shape mismatch when loading.
+  for (const auto& e : h.entries) {
+    if (e.shape.size() != 5) continue;
+    const int64_t k = e.name.rfind("up.", 0) == 0 ? 2 : e.name.rfind("head.", 0) == 0 ? 1 : 3;
+    HG_CHECK(e.shape[2] == k && e.shape[3] == k && e.shape[4] == k,
+             where << ": tensor '" << e.name << "' has shape " << shape_str(e.shape) << "; halfgrad's UNet3d has "
+                   << k << "x" << k << "x" << k << " kernels there (per-axis kernels are not a UNet3dOptions choice)");
+  }
   for (const auto& e : h.entries)
     HG_CHECK(e.dtype == kFloat32 || e.name.find("num_batches_tracked") != std::string::npos,
              where << ": tensor '" << e.name << "' is " << dtype_name(e.dtype)

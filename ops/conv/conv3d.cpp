@@ -3,8 +3,9 @@
 // vol2col.cpp), and the direct kernels it hands FP32 3x3x3 stride-1 convolutions to (conv_direct_*.cpp).
 //
 // conv_transpose3d is the adjoint of a convolution, so it reuses the same three kernels with their
-// roles swapped. For x (N, Cin_t, D, H, W), w (Cin_t, Cout_t, k, k, k), let G be the convolution from
-// (N, Cout_t, Do, Ho, Wo) to (N, Cin_t, D, H, W) with weight w (w's layout is G's (Cout, Cin, k, k, k)):
+// roles swapped. For x (N, Cin_t, D, H, W), w (Cin_t, Cout_t, kd, kh, kw), let G be the convolution from
+// (N, Cout_t, Do, Ho, Wo) to (N, Cin_t, D, H, W) with weight w (w's layout is G's (Cout, Cin, kd, kh, kw))
+// and the same per-axis stride, padding and dilation:
 //   y  = dgrad_G(x, w) + b        dx = fprop_G(dy, w)        dw = wgrad_G(dy, x)        db = sums of dy
 //
 // CUDA: when the input is on CUDA (weight and bias must be too), forward and backward call the
@@ -39,16 +40,28 @@ ConvGeometry check_and_plan(const char* op, const Tensor& x, const Tensor& w, co
     check_same_device(op, "input", x, "bias", b);
   }
   check_dim(op, "input", x, 5, "(N, C, D, H, W)");
-  check_dim(op, "weight", w, 5, transposed ? "(Cin, Cout, k, k, k)" : "(Cout, Cin, k, k, k)");
+  check_dim(op, "weight", w, 5, transposed ? "(Cin, Cout, kd, kh, kw)" : "(Cout, Cin, kd, kh, kw)");
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
-  HG_CHECK(p.stride_ >= 1, op << ": stride must be >= 1, got " << p.stride_ << " (input " << shape_str(xs)
-                              << ", weight " << shape_str(ws) << ")");
-  HG_CHECK(p.padding_ >= 0, op << ": padding must be >= 0, got " << p.padding_ << " (input " << shape_str(xs)
-                               << ", weight " << shape_str(ws) << ")");
-  const int64_t k = ws[2];
-  HG_CHECK(k >= 1 && ws[3] == k && ws[4] == k && ws[0] >= 1 && ws[1] >= 1,
-           op << ": weight " << shape_str(ws) << " must be a non-empty cubic kernel (k, k, k) with k >= 1");
+  // "(input [..], weight [..])": the shapes every message below names.
+  auto shapes = [&] { return " (input " + shape_str(xs) + ", weight " + shape_str(ws) + ")"; };
+  auto check_axes = [&](const char* what, const ExpandingArray<3>& v, int64_t min) {
+    for (size_t a = 0; a < 3; ++a)
+      HG_CHECK(v[a] >= min, op << ": " << what << " must be >= " << min << " on every axis, got " << v.str() << shapes());
+  };
+  check_axes("stride", p.stride_, 1);
+  check_axes("padding", p.padding_, 0);
+  check_axes("dilation", p.dilation_, 1);
+  check_axes("output_padding", p.output_padding_, 0);
+  if (!transposed)
+    HG_CHECK(p.output_padding_ == ExpandingArray<3>(0),
+             op << ": output_padding " << p.output_padding_.str() << " is for conv_transpose3d only" << shapes());
+  for (size_t a = 0; a < 3; ++a)
+    HG_CHECK(p.output_padding_[a] < p.stride_[a] || p.output_padding_[a] < p.dilation_[a],
+             op << ": output_padding " << p.output_padding_.str() << " must be smaller than the stride "
+                << p.stride_.str() << " or the dilation " << p.dilation_.str() << " on every axis" << shapes());
+  HG_CHECK(ws[0] >= 1 && ws[1] >= 1 && ws[2] >= 1 && ws[3] >= 1 && ws[4] >= 1,
+           op << ": weight " << shape_str(ws) << " must be a non-empty kernel (every extent >= 1)");
   const int64_t cin = transposed ? ws[0] : ws[1];
   const int64_t cout = transposed ? ws[1] : ws[0];
   HG_CHECK(xs[1] == cin, op << ": input " << shape_str(xs) << " has " << xs[1] << " channels but weight "
@@ -57,17 +70,30 @@ ConvGeometry check_and_plan(const char* op, const Tensor& x, const Tensor& w, co
     HG_CHECK(b.dim() == 1 && b.size(0) == cout, op << ": bias " << shape_str(b.shape()) << " must be 1-D with "
                                                    << cout << " elements (the output channels of weight "
                                                    << shape_str(ws) << ")");
-  const int64_t s = p.stride_, pad = p.padding_;
+  const ExpandingArray<3> k(std::array<int64_t, 3>{ws[2], ws[3], ws[4]});
+  const ExpandingArray<3>& s = p.stride_;
+  const ExpandingArray<3>& pad = p.padding_;
+  const ExpandingArray<3>& dil = p.dilation_;
   Shape out(5);
   out[0] = xs[0];
   out[1] = cout;
-  for (int d = 2; d < 5; ++d)
-    out[d] = transposed ? (xs[d] - 1) * s - 2 * pad + k : (xs[d] + 2 * pad - k >= 0 ? (xs[d] + 2 * pad - k) / s + 1 : 0);
+  for (size_t a = 0; a < 3; ++a) {
+    const int64_t e = xs[2 + a], span = dil[a] * (k[a] - 1) + 1;  // span: the extent one window covers
+    out[2 + a] = transposed ? (e - 1) * s[a] - 2 * pad[a] + span + p.output_padding_[a]
+                            : (e + 2 * pad[a] - span >= 0 ? (e + 2 * pad[a] - span) / s[a] + 1 : 0);
+  }
   HG_CHECK(out[2] >= 1 && out[3] >= 1 && out[4] >= 1,
            op << ": output extents " << shape_str(out) << " are < 1 for input " << shape_str(xs) << ", weight "
-              << shape_str(ws) << ", stride " << s << ", padding " << pad);
-  if (!transposed) return conv::make_geometry(xs[0], cin, cout, xs[2], xs[3], xs[4], k, s, pad);
-  return conv::make_geometry(xs[0], cout, cin, out[2], out[3], out[4], k, s, pad);
+              << shape_str(ws) << ", stride " << s.str() << ", padding " << pad.str() << ", dilation " << dil.str());
+  if (!transposed) return conv::make_geometry(xs[0], cin, cout, xs[2], xs[3], xs[4], k, s, pad, dil);
+  // G runs from y's extents to x's. G's output formula gives x's extents back, except on an axis whose
+  // output_padding is >= its stride (allowed below the dilation): there it gives one more row, which x
+  // does not have, so G's output extents are set to x's.
+  ConvGeometry g = conv::make_geometry(xs[0], cout, cin, out[2], out[3], out[4], k, s, pad, dil);
+  g.od = xs[2];
+  g.oh = xs[3];
+  g.ow = xs[4];
+  return g;
 }
 
 Dtype conv_dtype(amp::OpKind kind, const Tensor& x, const Tensor& w, const Tensor& b) {

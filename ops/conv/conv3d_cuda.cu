@@ -1,9 +1,9 @@
 // conv3d_cuda.cu - the Tensor-level launchers of conv3d_cuda.h: they bring the operands to
 // channels-last in the op's dtype, pack the weight into the GEMM's B matrix, describe the gather of
-// A (conv_igemm.cuh), and pick the Tensor Core (FP16) or FFMA (FP32) kernel.
+// A (conv_igemm.cuh), and pick the Tensor Core (16-bit: tensor_core_operand) or FFMA (FP32) kernel.
 //
 // Kernels in this file (small, memory-bound, one thread per element, grid-stride):
-//   pack_weights: w (A0, A1, T) (the weight as stored, T = k^3 taps) -> B (n_pad, k_pad), zero-padded,
+//   pack_weights: w (A0, A1, T) (the weight as stored, T = kd kh kw taps) -> B (n_pad, k_pad), zero-padded,
 //     in one of three orders (the KRSC reorder of the brief, done per call: weights are small):
 //       fprop    B[co][tap*Cin + ci]   = w[co][ci][tap]      (A0 = Cout, A1 = Cin)
 //       dgrad    B[ci][tap*Cout + co]  = w[co][ci][tap]
@@ -14,6 +14,7 @@
 #include <climits>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/tensor_access.cuh"
 #include "ops/conv/conv3d_cuda.h"
 #include "ops/conv/conv_igemm.cuh"
 
@@ -83,14 +84,11 @@ Tensor pack_weights(const Tensor& w, PackOrder order, const char* op) {
   const int64_t k_pad = (k + igemm::kPadK - 1) / igemm::kPadK * igemm::kPadK;
   Tensor B = Tensor::empty({n_pad, k_pad}, w.dtype(), Device::CUDA);
   const int np = as_int(n_pad, op, "packed weight rows"), kp = as_int(k_pad, op, "packed weight columns");
-  if (w.dtype() == kFloat16) {
-    pack_weights_kernel<<<cuda::grid_for(n_pad * k_pad), 256, 0, cuda::stream()>>>(
-        reinterpret_cast<const __half*>(wc.data<uint16_t>()), a0, a1, taps, order,
-        reinterpret_cast<__half*>(B.data<uint16_t>()), np, kp);
-  } else {
-    pack_weights_kernel<<<cuda::grid_for(n_pad * k_pad), 256, 0, cuda::stream()>>>(wc.data<float>(), a0, a1, taps, order,
-                                                                                  B.data<float>(), np, kp);
-  }
+  cuda::dispatch_float(op, "convolution weights", w.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    pack_weights_kernel<<<cuda::grid_for(n_pad * k_pad), 256, 0, cuda::stream()>>>(cuda::dev<T>(wc), a0, a1, taps, order,
+                                                                                  cuda::dev<T>(B), np, kp);
+  });
   HG_CUDA_LAUNCH_CHECK(op);
   return B;
 }
@@ -111,19 +109,37 @@ Gather make_gather(const Tensor& src_cl, const ConvGeometry& g, bool transposed,
   ga.ow = as_int(transposed ? g.w : g.ow, op, "output width");
   as_int(s[0] * ga.od * ga.oh * ga.ow, op, "GEMM rows M");
   as_int(g.kvol() * s[1], op, "GEMM depth K");
-  ga.k = as_int(g.k, op, "kernel");
-  ga.stride = as_int(g.s, op, "stride");
-  ga.pad = as_int(g.p, op, "padding");
+  ga.kd = as_int(g.k[0], op, "kernel depth");
+  ga.kh = as_int(g.k[1], op, "kernel height");
+  ga.kw = as_int(g.k[2], op, "kernel width");
+  ga.sd = as_int(g.s[0], op, "stride");
+  ga.sh = as_int(g.s[1], op, "stride");
+  ga.sw = as_int(g.s[2], op, "stride");
+  ga.pd = as_int(g.p[0], op, "padding");
+  ga.ph = as_int(g.p[1], op, "padding");
+  ga.pw = as_int(g.p[2], op, "padding");
+  ga.dd = as_int(g.dil[0], op, "dilation");
+  ga.dh = as_int(g.dil[1], op, "dilation");
+  ga.dw = as_int(g.dil[2], op, "dilation");
   ga.transposed = transposed;
   ga.init();
   return ga;
 }
 
+bool tensor_core_operand(Dtype dt, igemm::TcOperand* type) {
+  if (dt == kFloat16) {
+    *type = igemm::TcOperand::Half;
+    return true;
+  }
+  return false;
+}
+
 void run_igemm(const Gather& ga, const Tensor& B, const Epilogue& e, const char* op) {
   const int k_pad = as_int(B.size(1), op, "packed weight columns");
-  if (B.dtype() == kFloat16) {
+  igemm::TcOperand type = igemm::TcOperand::Half;
+  if (tensor_core_operand(B.dtype(), &type)) {
     HG_CHECK(B.size(0) >= (e.N + igemm::kPadN - 1) / igemm::kPadN * igemm::kPadN, op << ": packed weight has too few rows");
-    igemm::tc_igemm(ga, reinterpret_cast<const __half*>(B.data<uint16_t>()), k_pad, e, op);
+    igemm::tc_igemm(ga, type, B.raw_data(), k_pad, e, op);
   } else {
     igemm::simt_igemm(ga, B.data<float>(), k_pad, e, op);
   }
@@ -155,7 +171,7 @@ Tensor implicit_gemm_conv(const ConvGeometry& g, const Tensor& src, bool transpo
   Tensor out = Tensor::empty(out_shape, dt, Device::CUDA, MemoryFormat::ChannelsLast3d);
   Epilogue e;
   e.out = out.raw_data();
-  e.out_half = dt == kFloat16;
+  e.out_operand = dt != kFloat32;  // a 16-bit dtype runs on the Tensor Cores and writes it
   const Tensor bc = bias.defined() ? (bias.dtype() == dt ? bias : bias.cast_copy(dt)) : Tensor();
   e.bias = bc.defined() ? bc.raw_data() : nullptr;
   e.N = as_int(out_shape[1], op, n_what);
@@ -189,30 +205,30 @@ Tensor cuda_conv3d_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& d
   HG_CHECK(x.is_cuda() && dy.is_cuda(), op << ": input and output gradient must be CUDA tensors");
   HG_CHECK(x.shape() == Shape({g.n, g.cin, g.d, g.h, g.w}) && dy.shape() == Shape({g.n, g.cout, g.od, g.oh, g.ow}),
            op << ": input " << shape_str(x.shape()) << " / output gradient " << shape_str(dy.shape())
-              << " do not match the geometry (Cin " << g.cin << ", Cout " << g.cout << ", k " << g.k << ")");
+              << " do not match the geometry (Cin " << g.cin << ", Cout " << g.cout << ", kernel ("
+              << g.k[0] << ", " << g.k[1] << ", " << g.k[2] << "))");
   const Dtype dt = x.dtype();
   HG_CHECK(dt == kFloat16 || dt == kFloat32, op << ": input must be float16 or float32, got " << dtype_name(dt));
   const Tensor xs = to_channels_last(x, dt), dys = to_channels_last(dy, dt);
   const Gather ga = make_gather(xs, g, /*transposed=*/false, op);
   const int cout = as_int(g.cout, op, "output channels");
-  const bool tc = dt == kFloat16;
+  igemm::TcOperand type = igemm::TcOperand::Half;
+  const bool tc = tensor_core_operand(dt, &type);
   const int splits = igemm::wgrad_splits(ga.M, cout, ga.K, tc);
   Tensor partial = Tensor::empty({int64_t{splits} * cout * ga.K}, kFloat32, Device::CUDA);
   if (tc) {
-    igemm::tc_wgrad(ga, reinterpret_cast<const __half*>(dys.data<uint16_t>()), cout, partial.data<float>(), splits, op);
+    igemm::tc_wgrad(ga, type, dys.raw_data(), cout, partial.data<float>(), splits, op);
   } else {
     igemm::simt_wgrad(ga, dys.data<float>(), cout, partial.data<float>(), splits, op);
   }
-  Tensor dw = Tensor::empty({g.cout, g.cin, g.k, g.k, g.k}, dt, Device::CUDA);
+  Tensor dw = Tensor::empty({g.cout, g.cin, g.k[0], g.k[1], g.k[2]}, dt, Device::CUDA);
   const int64_t total = dw.numel();
   const int cin = as_int(g.cin, op, "input channels"), taps = as_int(g.kvol(), op, "kernel taps");
-  if (tc) {
+  cuda::dispatch_float(op, "weight gradients", dt, [&](auto tag) {
+    using T = decltype(tag);
     sum_splits_kernel<<<cuda::grid_for(total), 256, 0, cuda::stream()>>>(partial.data<float>(), splits, cout, cin, taps,
-                                                                         reinterpret_cast<__half*>(dw.data<uint16_t>()));
-  } else {
-    sum_splits_kernel<<<cuda::grid_for(total), 256, 0, cuda::stream()>>>(partial.data<float>(), splits, cout, cin, taps,
-                                                                         dw.data<float>());
-  }
+                                                                         cuda::dev<T>(dw));
+  });
   HG_CUDA_LAUNCH_CHECK(op);
   return w_format == MemoryFormat::Contiguous ? dw : dw.format_copy(w_format);
 }

@@ -4,7 +4,9 @@
 // Every function takes CUDA tensors of one floating dtype (float32 or float16; dy may differ and is
 // cast to the weight's dtype), in either memory format, and works in channels-last (NDHWC)
 // internally (format_copy when a tensor is NCDHW). FP16 runs on Tensor Cores (FP16 operands, FP32
-// accumulation, output rounded once); FP32 runs on FFMA. Kernels, math and layouts:
+// accumulation, output rounded once); FP32 runs on FFMA. The Tensor Core kernels are also built for
+// BF16 operands (conv_igemm.cuh's TcOperand), reached once a bfloat16 dtype maps to them in
+// tensor_core_operand and the dtype dispatch (core/cuda/tensor_access.cuh). Kernels, math and layouts:
 //   conv_igemm.cuh        the implicit-GEMM view (gathers), shared primitives, pointer launchers
 //   conv3d_fprop_cuda.cu  Tensor Core implicit GEMM: fprop, dgrad, conv_transpose3d forward
 //   conv3d_wgrad_cuda.cu  Tensor Core weight gradient (split over M, deterministic sum)
@@ -20,17 +22,19 @@
 
 namespace halfgrad::ops::conv {
 
-/// y (N, Cout, Do, Ho, Wo) in `format` = conv3d(x (N, Cin, D, H, W), w (Cout, Cin, k, k, k)) + b (Cout)
-/// (b may be undefined).
+/// y (N, Cout, Do, Ho, Wo) in `format` = conv3d(x (N, Cin, D, H, W), w (Cout, Cin, kd, kh, kw)) + b (Cout)
+/// (b may be undefined); per-axis stride, padding and dilation from g.
 Tensor cuda_conv3d_fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b, MemoryFormat format);
-/// dx (N, Cin, D, H, W) in `format` from dy (N, Cout, Do, Ho, Wo) and w (Cout, Cin, k, k, k). Any stride
-/// (stride > 1 runs the same kernel with zero taps skipped by predication: correct, s^3 x the MMAs).
+/// dx (N, Cin, D, H, W) in `format` from dy (N, Cout, Do, Ho, Wo) and w (Cout, Cin, kd, kh, kw). Any
+/// stride (an axis of stride s > 1 runs the same kernel with its zero taps skipped by predication:
+/// correct, s x the MMAs per such axis).
 Tensor cuda_conv3d_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, MemoryFormat format);
-/// dw (Cout, Cin, k, k, k) in `w_format` from x (N, Cin, D, H, W) and dy (N, Cout, Do, Ho, Wo).
+/// dw (Cout, Cin, kd, kh, kw) in `w_format` from x (N, Cin, D, H, W) and dy (N, Cout, Do, Ho, Wo).
 Tensor cuda_conv3d_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, MemoryFormat w_format);
-/// conv_transpose3d's y (N, Cout_t, ...) = dgrad_G(x, w) + b, x (N, Cin_t, ...), w (Cin_t, Cout_t, k, k, k).
-/// kernel == stride with padding 0 (the U-Net's up-convolution): one pointwise GEMM (N = k^3 Cout_t)
-/// with a scatter epilogue; otherwise the dgrad kernel with the bias in its epilogue.
+/// conv_transpose3d's y (N, Cout_t, ...) = dgrad_G(x, w) + b, x (N, Cin_t, ...), w (Cin_t, Cout_t, kd, kh, kw).
+/// kernel == stride per axis with padding 0, dilation 1 and no output_padding (the U-Net's
+/// up-convolution): one pointwise GEMM (N = kd kh kw Cout_t) with a scatter epilogue; otherwise the
+/// dgrad kernel with the bias in its epilogue.
 Tensor cuda_conv_transpose3d_fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                                    MemoryFormat format);
 /// db (C) = sums of t (N, C, ...) over all but the channel dim, FP32 accumulation, in t's dtype.

@@ -1,16 +1,16 @@
-// conv3d_fprop_cuda.cu - the FP16 Tensor Core implicit GEMM behind conv3d's fprop and dgrad and
-// conv_transpose3d's forward (tc_igemm in conv_igemm.cuh).
+// conv3d_fprop_cuda.cu - the 16-bit (FP16 or BF16) Tensor Core implicit GEMM behind conv3d's fprop and
+// dgrad and conv_transpose3d's forward (tc_igemm in conv_igemm.cuh).
 //
 // Math: C (M, N) = A (M, K) * B^T + bias, where A is gathered on the fly from a channels-last volume
 // (conv_igemm.cuh: forward gather for fprop, transposed gather for dgrad) and B (N, K) is the weight
-// reordered to KRSC and cast to FP16 by a small kernel per call (conv3d_cuda.cu):
-//   fprop:   M = N*Do*Ho*Wo, N = Cout, K = k^3*Cin,  B[co][tap*Cin + ci]  = w[co][ci][tap]
-//   dgrad:   M = N*D*H*W,    N = Cin,  K = k^3*Cout, B[ci][tap*Cout + co] = w[co][ci][tap]
-//            A = dy through the transposed gather (iz*s = z + p - a), so no flipped copy is needed
+// reordered to KRSC by a small kernel per call (conv3d_cuda.cu):
+//   fprop:   M = N*Do*Ho*Wo, N = Cout, K = T*Cin,  B[co][tap*Cin + ci]  = w[co][ci][tap]   (T = kd kh kw taps)
+//   dgrad:   M = N*D*H*W,    N = Cin,  K = T*Cout, B[ci][tap*Cout + co] = w[co][ci][tap]
+//            A = dy through the transposed gather (iz*sd = z + pd - a*dd per axis), so no flipped copy
 //   conv_transpose3d, kernel == stride, padding 0 (the U-Net's 2x2x2 stride-2 up-convolution):
-//            M = N*D*H*W of x, N = k^3*Cout, K = Cin (a pointwise GEMM), B[tap*Cout + co][ci] =
+//            M = N*D*H*W of x, N = T*Cout, K = Cin (a pointwise GEMM), B[tap*Cout + co][ci] =
 //            w[ci][co][tap], and the epilogue scatters column (tap, co) of row (b, z, y, x) to
-//            y[b, z*k + a, y*k + bb, x*k + e, co]: every output element is written exactly once.
+//            y[b, z*kd + a, y*kh + bb, x*kw + e, co]: every output element is written exactly once.
 // Layout: A's source and C are NDHWC (C row-major with N channels: the output volume itself).
 //
 // Parallel mapping: one block per BM x BN tile of C (blockIdx.x over M, blockIdx.y over N); the
@@ -27,15 +27,16 @@
 // 16-byte cp.async of 8 channels needs every chunk to start 16-byte aligned inside one tap, i.e.
 // C % 8 == 0. Otherwise the slice is gathered element by element (2-byte loads, zeros for padding
 // and past K) and stored into the same shared-memory tile, so the MMAs and the epilogue are the same
-// and nothing falls off the Tensor Cores; since K = k^3*C is flattened across taps, a Cin = 1 3x3x3
+// and nothing falls off the Tensor Cores; since K = T*C is flattened across taps, a Cin = 1 3x3x3
 // layer has K = 27 -> one 32-wide slice (84% useful), not 27 slices of 1 channel. B never needs
 // predication: it is zero-padded to (n_pad, k_pad) when it is built. Output columns past N and rows
 // past M are computed on zeros and not stored; odd N (Cout = 3) is stored element by element.
 //
-// Precision: FP16 operands, FP32 accumulation in the MMA registers, bias added in FP32, the result
-// rounded once to FP16 (__float2half_rn) or stored as FP32.
+// Precision: 16-bit operands T (the kernel is a template over T = __half or __nv_bfloat16, the same
+// tiles and the .f16 or .bf16 MMA), FP32 accumulation in the MMA registers, bias added in FP32, the
+// result rounded once to T (round to nearest even) or stored as FP32. Instantiated for both types.
 //
-// Shared memory: each tile row holds kBlockK + 8 halfs (80 bytes): the 8 rows one ldmatrix reads then
+// Shared memory: each tile row holds kBlockK + 8 16-bit words (80 bytes): the 8 rows one ldmatrix reads then
 // start at byte offsets 0, 80, 160, ... = 8 different 16-byte slots modulo 128, so the 8 row reads
 // hit 32 different banks (a 64-byte row would put rows r and r+2 on the same banks).
 //
@@ -54,7 +55,7 @@ namespace {
 
 constexpr int kBlockK = 32;       // K per pipeline stage: two m16n8k16 steps
 constexpr int kStages = 3;        // cp.async pipeline depth
-constexpr int kSmemRow = kBlockK + 8;  // halfs per shared tile row; +8: conflict-free ldmatrix (header)
+constexpr int kSmemRow = kBlockK + 8;  // 16-bit words per shared tile row; +8: conflict-free ldmatrix (header)
 constexpr int kInstrM = 16, kInstrN = 8, kInstrK = 16;
 
 template <int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_>
@@ -70,12 +71,12 @@ struct TileConfig {
 };
 
 // Copies K-slice `kt` of A and B into stage buffers As, Bs.
-template <class Cfg>
-__device__ __forceinline__ void load_slice(const Gather& g, const int4* rows, bool vector_a, const __half* B, int k_pad,
-                                           int block_n, int kt, __half* As, __half* Bs) {
+template <class Cfg, typename T>
+__device__ __forceinline__ void load_slice(const Gather& g, const int4* rows, bool vector_a, const T* B, int k_pad,
+                                           int block_n, int kt, T* As, T* Bs) {
   const int tid = threadIdx.x;
   const int k0 = kt * kBlockK;
-  const __half* src = static_cast<const __half*>(g.src);
+  const T* src = static_cast<const T*>(g.src);
   if (vector_a) {
     const int kc = tid % (kBlockK / 8);  // this thread's 8-channel chunk within the slice (fixed)
     const int4 col = gather_col(g, k0 + kc * 8);
@@ -88,12 +89,12 @@ __device__ __forceinline__ void load_slice(const Gather& g, const int4* rows, bo
     const int kc = tid % kBlockK;  // this thread's column within the slice (fixed)
     const int4 col = gather_col(g, k0 + kc);
     constexpr int kPerThread = Cfg::kBlockM * kBlockK / Cfg::kThreads;
-    __half v[kPerThread];
+    T v[kPerThread];
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int r = (tid + j * Cfg::kThreads) / kBlockK;
       const int64_t off = gather_offset(g, rows[r], col);
-      v[j] = off >= 0 ? src[off] : __float2half_rn(0.f);
+      v[j] = off >= 0 ? src[off] : operand_from_float<T>(0.f);
     }
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) As[((tid + j * Cfg::kThreads) / kBlockK) * kSmemRow + kc] = v[j];
@@ -104,29 +105,29 @@ __device__ __forceinline__ void load_slice(const Gather& g, const int4* rows, bo
   }
 }
 
-template <class Cfg>
+template <class Cfg, typename T>
 __device__ __forceinline__ void store_pair(const Epilogue& e, const int4* rows, int block_m, int m, int n, float v0,
                                            float v1, const Gather& g) {
   if (m >= g.M) return;
   const int4 row = rows[m - block_m];
-  const __half* bias = static_cast<const __half*>(e.bias);
+  const T* bias = static_cast<const T*>(e.bias);
   for (int j = 0; j < 2; ++j) {
     const int nn = n + j;
     if (nn >= e.N) return;
     int ch;
     const int64_t off = output_offset(e, m, row, nn, ch);
     float v = j == 0 ? v0 : v1;
-    if (bias) v += __half2float(bias[ch]);
-    if (e.out_half) static_cast<__half*>(e.out)[off] = __float2half_rn(v);
+    if (bias) v += operand_to_float(bias[ch]);
+    if (e.out_operand) static_cast<T*>(e.out)[off] = operand_from_float<T>(v);
     else static_cast<float*>(e.out)[off] = v;
   }
 }
 
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const __half* __restrict__ B, int k_pad,
+template <class Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const T* __restrict__ B, int k_pad,
                                                                   Epilogue e, bool vector_a) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  __half* smem = reinterpret_cast<__half*>(smem_raw);
+  T* smem = reinterpret_cast<T*>(smem_raw);
   int4* rows = reinterpret_cast<int4*>(smem_raw + kStages * Cfg::kStageHalfs * 2);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp % Cfg::kWarpsM, warp_n = warp / Cfg::kWarpsM;
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
   const int num_k = (g.K + kBlockK - 1) / kBlockK;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k) load_slice<Cfg>(g, rows, vector_a, B, k_pad, block_n, s, stage_a(s), stage_b(s));
+    if (s < num_k) load_slice<Cfg, T>(g, rows, vector_a, B, k_pad, block_n, s, stage_a(s), stage_b(s));
     cp_async_commit();
   }
 
@@ -157,11 +158,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
     cp_async_wait<kStages - 2>();
     __syncthreads();  // slice kt has landed for every thread; stage (kt-1) % kStages is free again
     const int next = kt + kStages - 1;
-    if (next < num_k) load_slice<Cfg>(g, rows, vector_a, B, k_pad, block_n, next, stage_a(next % kStages), stage_b(next % kStages));
+    if (next < num_k)
+      load_slice<Cfg, T>(g, rows, vector_a, B, k_pad, block_n, next, stage_a(next % kStages), stage_b(next % kStages));
     cp_async_commit();
 
-    const __half* As = stage_a(kt % kStages);
-    const __half* Bs = stage_b(kt % kStages);
+    const T* As = stage_a(kt % kStages);
+    const T* Bs = stage_b(kt % kStages);
 #pragma unroll
     for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {
       unsigned a[Cfg::kMmaM][4], b[Cfg::kMmaN][2];
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
 #pragma unroll
       for (int i = 0; i < Cfg::kMmaM; ++i)
 #pragma unroll
-        for (int j = 0; j < Cfg::kMmaN; ++j) mma_16816(acc[i][j], a[i], b[j][0], b[j][1]);
+        for (int j = 0; j < Cfg::kMmaN; ++j) mma_16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
     }
   }
   cp_async_wait<0>();
@@ -200,22 +202,22 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
         if (pair_store) {
           if (m >= g.M || n >= e.N) continue;
           if (e.bias) {
-            const __half* bias = static_cast<const __half*>(e.bias);
-            v0 += __half2float(bias[n]);
-            v1 += __half2float(bias[n + 1]);
+            const T* bias = static_cast<const T*>(e.bias);
+            v0 += operand_to_float(bias[n]);
+            v1 += operand_to_float(bias[n + 1]);
           }
           const int64_t off = static_cast<int64_t>(m) * e.N + n;
-          if (e.out_half) *reinterpret_cast<__half2*>(static_cast<__half*>(e.out) + off) = __floats2half2_rn(v0, v1);
+          if (e.out_operand) store_operand_pair(static_cast<T*>(e.out) + off, v0, v1);
           else *reinterpret_cast<float2*>(static_cast<float*>(e.out) + off) = make_float2(v0, v1);
         } else {
-          store_pair<Cfg>(e, rows, block_m, m, n, v0, v1, g);
+          store_pair<Cfg, T>(e, rows, block_m, m, n, v0, v1, g);
         }
       }
 }
 
-template <class Cfg>
-void launch(const Gather& g, const __half* B, int k_pad, const Epilogue& e, bool vector_a, const char* op) {
-  auto kernel = tc_igemm_kernel<Cfg>;
+template <class Cfg, typename T>
+void launch(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, const char* op) {
+  auto kernel = tc_igemm_kernel<Cfg, T>;
   static const bool configured = [&] {  // opt in to > 48 KiB of dynamic shared memory, once per config
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
@@ -227,22 +229,30 @@ void launch(const Gather& g, const __half* B, int k_pad, const Epilogue& e, bool
   HG_CUDA_LAUNCH_CHECK(op);
 }
 
+// The tile configuration for N output columns (file comment), on operands of type T.
+template <typename T>
+void launch_for_n(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, const char* op) {
+  if (e.N <= 16) launch<TileConfig<128, 16, 4, 1>>(g, B, k_pad, e, vector_a, op);
+  else if (e.N <= 32) launch<TileConfig<128, 32, 4, 1>>(g, B, k_pad, e, vector_a, op);
+  else if (e.N <= 64) launch<TileConfig<128, 64, 2, 2>>(g, B, k_pad, e, vector_a, op);
+  else launch<TileConfig<128, 128, 2, 4>>(g, B, k_pad, e, vector_a, op);
+}
+
 }  // namespace
 
-void tc_igemm(const Gather& g, const __half* B, int k_pad, const Epilogue& e, const char* op) {
+void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const char* op) {
   HG_CHECK(g.M >= 1 && g.K >= 1 && e.N >= 1, op << ": implicit GEMM needs M, N, K >= 1; got M=" << g.M << " N=" << e.N
                                                  << " K=" << g.K);
   HG_CHECK(k_pad % kPadK == 0 && k_pad >= g.K, op << ": weight matrix row length " << k_pad << " must be a multiple of "
                                                   << kPadK << " and >= K=" << g.K);
   HG_CHECK(reinterpret_cast<uintptr_t>(B) % 16 == 0, op << ": weight matrix must be 16-byte aligned");
-  HG_CHECK(!e.scatter || e.N == e.k * e.k * e.k * e.cout, op << ": scatter epilogue needs N = k^3 * cout, got N=" << e.N
-                                                             << " k=" << e.k << " cout=" << e.cout);
+  HG_CHECK(!e.scatter || e.N == e.kd * e.kh * e.kw * e.cout,
+           op << ": scatter epilogue needs N = kd kh kw * cout, got N=" << e.N << " k=(" << e.kd << ", " << e.kh << ", "
+              << e.kw << ") cout=" << e.cout);
   // 16-byte chunks need 8 whole channels inside one tap, starting 16-byte aligned.
   const bool vector_a = g.c % 8 == 0 && reinterpret_cast<uintptr_t>(g.src) % 16 == 0;
-  if (e.N <= 16) launch<TileConfig<128, 16, 4, 1>>(g, B, k_pad, e, vector_a, op);
-  else if (e.N <= 32) launch<TileConfig<128, 32, 4, 1>>(g, B, k_pad, e, vector_a, op);
-  else if (e.N <= 64) launch<TileConfig<128, 64, 2, 2>>(g, B, k_pad, e, vector_a, op);
-  else launch<TileConfig<128, 128, 2, 4>>(g, B, k_pad, e, vector_a, op);
+  if (type == TcOperand::BFloat16) launch_for_n(g, static_cast<const __nv_bfloat16*>(B), k_pad, e, vector_a, op);
+  else launch_for_n(g, static_cast<const __half*>(B), k_pad, e, vector_a, op);
 }
 
 }  // namespace halfgrad::ops::conv::igemm

@@ -99,8 +99,7 @@ __global__ void __launch_bounds__(kThreads) simt_igemm_kernel(Gather g, const fl
       int ch;
       const int64_t off = output_offset(e, m, row, n, ch);
       const float v = acc[i][j] + (bias ? bias[ch] : 0.f);
-      if (e.out_half) static_cast<__half*>(e.out)[off] = __float2half_rn(v);
-      else static_cast<float*>(e.out)[off] = v;
+      static_cast<float*>(e.out)[off] = v;
     }
   }
 }
@@ -169,6 +168,7 @@ void simt_igemm(const Gather& g, const float* B, int k_pad, const Epilogue& e, c
                                                  << " K=" << g.K);
   HG_CHECK(k_pad % kPadK == 0 && k_pad >= g.K, op << ": weight matrix row length " << k_pad << " must be a multiple of "
                                                   << kPadK << " and >= K=" << g.K);
+  HG_CHECK(!e.out_operand, op << ": the FP32 kernel writes an FP32 output");
   const dim3 grid((g.M + kTile - 1) / kTile, (e.N + kTile - 1) / kTile);
   HG_CHECK(grid.y <= 65535, op << ": " << e.N << " GEMM columns exceed the grid");
   simt_igemm_kernel<<<grid, kThreads, 0, cuda::stream()>>>(g, B, k_pad, e);

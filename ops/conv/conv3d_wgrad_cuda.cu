@@ -1,12 +1,12 @@
-// conv3d_wgrad_cuda.cu - the FP16 Tensor Core weight gradient of conv3d (tc_wgrad in conv_igemm.cuh),
+// conv3d_wgrad_cuda.cu - the 16-bit (FP16 or BF16) Tensor Core weight gradient of conv3d (tc_wgrad in conv_igemm.cuh),
 // also conv_transpose3d's weight gradient (conv3d_cuda.cu swaps the roles of x and dy).
 //
-// Math: dW (Cout, K) = dy^T (Cout, M) * A (M, K), K = k^3*Cin ordered (tap, ci) (KRSC), where
+// Math: dW (Cout, K) = dy^T (Cout, M) * A (M, K), K = kd kh kw*Cin ordered (tap, ci) (KRSC), where
 // A = im2col(x) is gathered on the fly (the forward gather of conv_igemm.cuh) and dy (M, Cout) is the
 // output gradient, channels-last, M = N*Do*Ho*Wo. The reduction runs over M, which is huge (16 * 64^3
 // = 4.2M) while Cout x K is small (16 x 432 ... 256 x 6912), so M is split: split s of `splits` sums
 // a contiguous range of M rows into partial[s] (Cout, K) in FP32, and conv3d_cuda.cu adds the splits
-// in a fixed order (deterministic; no atomics) while permuting KRSC back to (Cout, Cin, k, k, k).
+// in a fixed order (deterministic; no atomics) while permuting KRSC back to (Cout, Cin, kd, kh, kw).
 //
 // Parallel mapping: grid (Cout / BM, K / BN, splits); one block owns a BM x BN tile of one split's
 // partial and walks its M range in slices of kBlockK = 32 rows through a 3-stage cp.async pipeline.
@@ -20,10 +20,11 @@
 // element by element into the same shared tile (zeros past M, past K and in the padding), so the MMAs
 // are unchanged; see conv3d_fprop_cuda.cu.
 //
-// Precision: FP16 operands, FP32 accumulation in the MMA registers and FP32 partials; the final sum
-// of the splits is FP32, rounded once to the weight's dtype.
+// Precision: 16-bit operands T (a template over T = __half or __nv_bfloat16, instantiated for both),
+// FP32 accumulation in the MMA registers and FP32 partials; the final sum of the splits is FP32,
+// rounded once to the weight's dtype.
 //
-// Shared memory: rows of BM + 8 and BN + 8 halfs; for widths that are multiples of 16 halfs the +8
+// Shared memory: rows of BM + 8 and BN + 8 16-bit words; for widths that are multiples of 16 the +8
 // makes the row stride an odd multiple of 16 bytes, so the 8 rows of an ldmatrix hit 8 different
 // 16-byte bank groups.
 //
@@ -47,7 +48,7 @@ struct WgradConfig {
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kWarpM = kBlockM / kWarpsM, kWarpN = kBlockN / kWarpsN;
   static constexpr int kMmaM = kWarpM / kInstrM, kMmaN = kWarpN / kInstrN;
-  static constexpr int kRowA = kBlockM + 8, kRowB = kBlockN + 8;  // halfs per shared row (header)
+  static constexpr int kRowA = kBlockM + 8, kRowB = kBlockN + 8;  // 16-bit words per shared row (header)
   static constexpr int kStageHalfs = kBlockK * (kRowA + kRowB);
   static constexpr int kSmemBytes = kStages * kStageHalfs * 2;
   static_assert(kWarpM % kInstrM == 0 && kWarpN % (2 * kInstrN) == 0, "warp tile: m16 rows, pairs of n8 columns");
@@ -55,17 +56,18 @@ struct WgradConfig {
                 "a thread's column of A (and of dy) is the same in every slice");
 };
 
+template <typename T>
 struct WgradArgs {
   Gather g;
-  const __half* dy;  // (M, cout)
+  const T* dy;       // (M, cout)
   int cout;
   float* partial;    // (splits, cout, K)
   int rows_per_split;  // a multiple of kBlockK
   bool vector_a, vector_dy;
 };
 
-template <class Cfg>
-__device__ __forceinline__ void load_slice(const WgradArgs& p, int m0, int m_end, int co0, int n0, __half* As, __half* Bs) {
+template <class Cfg, typename T>
+__device__ __forceinline__ void load_slice(const WgradArgs<T>& p, int m0, int m_end, int co0, int n0, T* As, T* Bs) {
   const int tid = threadIdx.x;
   const Gather& g = p.g;
   // dy slice (kBlockK rows, BM channels) -> As
@@ -74,18 +76,19 @@ __device__ __forceinline__ void load_slice(const WgradArgs& p, int m0, int m_end
       const int r = idx / (Cfg::kBlockM / 8), cc = idx % (Cfg::kBlockM / 8);
       const int m = m0 + r, co = co0 + cc * 8;
       const bool ok = m < m_end && co < p.cout;
-      const __half* src = ok ? p.dy + static_cast<int64_t>(m) * p.cout + co : p.dy;
+      const T* src = ok ? p.dy + static_cast<int64_t>(m) * p.cout + co : p.dy;
       cp_async16(As + r * Cfg::kRowA + cc * 8, src, ok ? 16 : 0);
     }
   } else {
     for (int idx = tid; idx < kBlockK * Cfg::kBlockM; idx += Cfg::kThreads) {
       const int r = idx / Cfg::kBlockM, c = idx % Cfg::kBlockM;
       const int m = m0 + r, co = co0 + c;
-      As[r * Cfg::kRowA + c] = (m < m_end && co < p.cout) ? p.dy[static_cast<int64_t>(m) * p.cout + co] : __float2half_rn(0.f);
+      As[r * Cfg::kRowA + c] =
+          (m < m_end && co < p.cout) ? p.dy[static_cast<int64_t>(m) * p.cout + co] : operand_from_float<T>(0.f);
     }
   }
   // A slice (kBlockK rows, BN columns of K) -> Bs
-  const __half* src = static_cast<const __half*>(g.src);
+  const T* src = static_cast<const T*>(g.src);
   if (p.vector_a) {
     const int kc = tid % (Cfg::kBlockN / 8);
     const int4 col = gather_col(g, n0 + kc * 8);
@@ -102,15 +105,15 @@ __device__ __forceinline__ void load_slice(const WgradArgs& p, int m0, int m_end
       const int r = idx / Cfg::kBlockN;
       const int m = m0 + r;
       const int64_t off = (m < m_end && col.x >= 0) ? gather_offset(g, gather_row(g, m), col) : -1;
-      Bs[r * Cfg::kRowB + c] = off >= 0 ? src[off] : __float2half_rn(0.f);
+      Bs[r * Cfg::kRowB + c] = off >= 0 ? src[off] : operand_from_float<T>(0.f);
     }
   }
 }
 
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs p) {
+template <class Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  __half* smem = reinterpret_cast<__half*>(smem_raw);
+  T* smem = reinterpret_cast<T*>(smem_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp % Cfg::kWarpsM, warp_n = warp / Cfg::kWarpsM;
   const int co0 = blockIdx.x * Cfg::kBlockM, n0 = blockIdx.y * Cfg::kBlockN;
@@ -131,18 +134,19 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs p) {
   const int num_k = m_end > m_begin ? (m_end - m_begin + kBlockK - 1) / kBlockK : 0;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k) load_slice<Cfg>(p, m_begin + s * kBlockK, m_end, co0, n0, stage_a(s), stage_b(s));
+    if (s < num_k) load_slice<Cfg, T>(p, m_begin + s * kBlockK, m_end, co0, n0, stage_a(s), stage_b(s));
     cp_async_commit();
   }
   for (int kt = 0; kt < num_k; ++kt) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
     const int next = kt + kStages - 1;
-    if (next < num_k) load_slice<Cfg>(p, m_begin + next * kBlockK, m_end, co0, n0, stage_a(next % kStages), stage_b(next % kStages));
+    if (next < num_k)
+      load_slice<Cfg, T>(p, m_begin + next * kBlockK, m_end, co0, n0, stage_a(next % kStages), stage_b(next % kStages));
     cp_async_commit();
 
-    const __half* As = stage_a(kt % kStages);  // (k = M rows, m = cout) : K-major A
-    const __half* Bs = stage_b(kt % kStages);  // (k = M rows, n = K cols) : K-major B
+    const T* As = stage_a(kt % kStages);  // (k = M rows, m = cout) : K-major A
+    const T* Bs = stage_b(kt % kStages);  // (k = M rows, n = K cols) : K-major B
 #pragma unroll
     for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {
       unsigned a[Cfg::kMmaM][4], b[Cfg::kMmaN][2];
@@ -163,7 +167,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs p) {
 #pragma unroll
       for (int i = 0; i < Cfg::kMmaM; ++i)
 #pragma unroll
-        for (int j = 0; j < Cfg::kMmaN; ++j) mma_16816(acc[i][j], a[i], b[j][0], b[j][1]);
+        for (int j = 0; j < Cfg::kMmaN; ++j) mma_16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
     }
   }
   cp_async_wait<0>();
@@ -181,9 +185,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs p) {
       }
 }
 
-template <class Cfg>
-void launch(const WgradArgs& p, int splits, const char* op) {
-  auto kernel = tc_wgrad_kernel<Cfg>;
+template <class Cfg, typename T>
+void launch(const WgradArgs<T>& p, int splits, const char* op) {
+  auto kernel = tc_wgrad_kernel<Cfg, T>;
   static const bool configured = [&] {
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
@@ -198,6 +202,22 @@ void launch(const WgradArgs& p, int splits, const char* op) {
 
 int tile_m(int cout) { return cout <= 16 ? 16 : cout <= 32 ? 32 : cout <= 64 ? 64 : 128; }
 
+// The tile configuration for Cout (file comment), on operands of type T.
+template <typename T>
+void launch_for_cout(const Gather& g, const T* dy, int cout, float* partial, int splits, const char* op) {
+  WgradArgs<T> p{g, dy, cout, partial, 0, false, false};
+  const int per = (g.M + splits - 1) / splits;
+  p.rows_per_split = (per + kBlockK - 1) / kBlockK * kBlockK;
+  p.vector_a = g.c % 8 == 0 && reinterpret_cast<uintptr_t>(g.src) % 16 == 0;
+  p.vector_dy = cout % 8 == 0 && reinterpret_cast<uintptr_t>(dy) % 16 == 0;
+  switch (tile_m(cout)) {
+    case 16: launch<WgradConfig<16, 128, 1, 4>>(p, splits, op); break;
+    case 32: launch<WgradConfig<32, 128, 1, 4>>(p, splits, op); break;
+    case 64: launch<WgradConfig<64, 128, 2, 2>>(p, splits, op); break;
+    default: launch<WgradConfig<128, 128, 2, 4>>(p, splits, op); break;
+  }
+}
+
 }  // namespace
 
 int wgrad_splits(int64_t M, int cout, int K, bool tensor_cores) {
@@ -210,21 +230,12 @@ int wgrad_splits(int64_t M, int cout, int K, bool tensor_cores) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(splits, 65535)));
 }
 
-void tc_wgrad(const Gather& g, const __half* dy, int cout, float* partial, int splits, const char* op) {
+void tc_wgrad(const Gather& g, TcOperand type, const void* dy, int cout, float* partial, int splits, const char* op) {
   HG_CHECK(g.M >= 1 && g.K >= 1 && cout >= 1 && splits >= 1,
            op << ": wgrad needs M, K, Cout, splits >= 1; got M=" << g.M << " K=" << g.K << " Cout=" << cout << " splits=" << splits);
   HG_CHECK(!g.transposed, op << ": wgrad gathers its input with the forward gather");
-  WgradArgs p{g, dy, cout, partial, 0, false, false};
-  const int per = (g.M + splits - 1) / splits;
-  p.rows_per_split = (per + kBlockK - 1) / kBlockK * kBlockK;
-  p.vector_a = g.c % 8 == 0 && reinterpret_cast<uintptr_t>(g.src) % 16 == 0;
-  p.vector_dy = cout % 8 == 0 && reinterpret_cast<uintptr_t>(dy) % 16 == 0;
-  switch (tile_m(cout)) {
-    case 16: launch<WgradConfig<16, 128, 1, 4>>(p, splits, op); break;
-    case 32: launch<WgradConfig<32, 128, 1, 4>>(p, splits, op); break;
-    case 64: launch<WgradConfig<64, 128, 2, 2>>(p, splits, op); break;
-    default: launch<WgradConfig<128, 128, 2, 4>>(p, splits, op); break;
-  }
+  if (type == TcOperand::BFloat16) launch_for_cout(g, static_cast<const __nv_bfloat16*>(dy), cout, partial, splits, op);
+  else launch_for_cout(g, static_cast<const __half*>(dy), cout, partial, splits, op);
 }
 
 }  // namespace halfgrad::ops::conv::igemm

@@ -35,7 +35,8 @@
 
 namespace halfgrad::ops::conv {
 
-/// Kernel 3, stride 1, at least 128 outputs (N Do Ho Wo), and a build with AVX2 and FMA (FP32 only).
+/// Kernel 3, stride 1 and dilation 1 on every axis (any per-axis padding), at least 128 outputs
+/// (N Do Ho Wo), and a build with AVX2 and FMA (FP32 only).
 bool direct_fprop_applies(const ConvGeometry& g);
 /// The same conditions as direct_fprop_applies.
 bool direct_wgrad_applies(const ConvGeometry& g);

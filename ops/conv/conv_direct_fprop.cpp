@@ -29,7 +29,7 @@ namespace halfgrad::ops::conv {
 constexpr int64_t kMinDirectOutputs = 128;
 
 bool direct_fprop_applies(const ConvGeometry& g) {
-  return HALFGRAD_CONV_DIRECT && g.k == 3 && g.s == 1 && g.cols() >= kMinDirectOutputs;
+  return HALFGRAD_CONV_DIRECT && g.cubic(3, 1) && g.cols() >= kMinDirectOutputs;
 }
 
 #if HALFGRAD_CONV_DIRECT

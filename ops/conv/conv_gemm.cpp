@@ -147,17 +147,29 @@ void conv3d_fprop(const ConvGeometry& g, const T* x, const T* w, const T* b, T* 
 template <typename T>
 void conv3d_dgrad(const ConvGeometry& g, const T* dy, const T* w, T* dx) {
   const int64_t kv = g.kvol();
-  if (g.s == 1 && g.p <= g.k - 1) {
-    // Stride 1: dx is the convolution of dy with the flipped, transposed kernel and padding k-1-p,
-    //   dx[n,c,z,y,x] = sum_{o,i,j,l} w[o,c,k-1-i,k-1-j,k-1-l] * dy[n,o, z+i-(k-1-p), ...]
-    // so it runs as an fprop (a GEMM with inner extent Cout k^3, tiles in parallel, no scatter-add).
-    const ConvGeometry f = make_geometry(g.n, g.cout, g.cin, g.od, g.oh, g.ow, g.k, 1, g.k - 1 - g.p);
-    std::vector<T> wf(static_cast<size_t>(g.cin * g.cout * kv));  // (Cin, Cout, k, k, k), flipped
-    for (int64_t o = 0; o < g.cout; ++o)
-      for (int64_t c = 0; c < g.cin; ++c)
-        for (int64_t t = 0; t < kv; ++t) wf[(c * g.cout + o) * kv + (kv - 1 - t)] = w[(o * g.cin + c) * kv + t];
-    conv3d_fprop(f, dy, wf.data(), static_cast<const T*>(nullptr), dx);
-    return;
+  // Stride 1 on every axis: dx is the convolution of dy with the flipped, transposed kernel, the same
+  // dilation and padding dil (k - 1) - p per axis,
+  //   dx[n,c,z,y,x] = sum_{o,i,j,l} w[o,c,kd-1-i,kh-1-j,kw-1-l] * dy[n,o, z + dd i - (dd (kd-1) - pd), ...]
+  // so it runs as an fprop (a GEMM with inner extent Cout kd kh kw, tiles in parallel, no scatter-add).
+  // It applies when that padding is >= 0 and the flipped convolution's output is exactly dx (not so
+  // for a conv_transpose3d with output_padding, whose adjoint has a shorter output than dx).
+  Axes fp{};
+  bool flipped = g.s == Axes{1, 1, 1};
+  for (int a = 0; a < 3; ++a) {
+    fp[a] = g.dil[a] * (g.k[a] - 1) - g.p[a];
+    flipped = flipped && fp[a] >= 0;
+  }
+  if (flipped) {
+    const ConvGeometry f = make_geometry(g.n, g.cout, g.cin, g.od, g.oh, g.ow, g.k, 1, fp, g.dil);
+    flipped = f.od == g.d && f.oh == g.h && f.ow == g.w;
+    if (flipped) {
+      std::vector<T> wf(static_cast<size_t>(g.cin * g.cout * kv));  // (Cin, Cout, kd, kh, kw), flipped
+      for (int64_t o = 0; o < g.cout; ++o)
+        for (int64_t c = 0; c < g.cin; ++c)
+          for (int64_t t = 0; t < kv; ++t) wf[(c * g.cout + o) * kv + (kv - 1 - t)] = w[(o * g.cin + c) * kv + t];
+      conv3d_fprop(f, dy, wf.data(), static_cast<const T*>(nullptr), dx);
+      return;
+    }
   }
   const int64_t rows = g.col_rows(), vol = g.out_vol();
   std::fill(dx, dx + g.n * g.cin * g.in_vol(), T(0));

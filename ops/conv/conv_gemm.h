@@ -1,11 +1,11 @@
 // conv_gemm.h - the three halves of a 3-D convolution on the CPU as GEMMs over column tiles
 // (internal to ops/conv/; conv3d.cpp builds conv3d and conv_transpose3d from them).
 //
-// With col = the column matrix of x (vol2col.h), K = Cin k^3 and Q = N DoHoWo:
+// With col = the column matrix of x (vol2col.h), K = Cin kd kh kw and Q = N DoHoWo:
 //   fprop:  Y (Cout, Q) = W (Cout, K) * col (K, Q) + b
 //   dgrad:  dX = col2vol(W^T (K, Cout) * dY (Cout, Q))
 //   wgrad:  dW (Cout, K) = dY (Cout, Q) * col^T (Q, K)
-// Every pointer is a dense row-major buffer: x, dx (N, Cin, D, H, W); w, dw (Cout, Cin, k, k, k);
+// Every pointer is a dense row-major buffer: x, dx (N, Cin, D, H, W); w, dw (Cout, Cin, kd, kh, kw);
 // b (Cout) or null; y, dy (N, Cout, Do, Ho, Wo). T is float (FP32 and FP16 tensors, FP32 accumulation)
 // or double (FP64). Outputs are overwritten, not accumulated.
 //
@@ -18,7 +18,7 @@
 // Same bits whatever the thread count: tiles, chunks and row blocks follow from the problem's size
 // alone, and every sum runs in a fixed order.
 //
-// FP32 3x3x3 stride-1 convolutions (the U-Net's) go to the direct kernels of conv_direct.h instead, and
+// FP32 3x3x3 stride-1 dilation-1 convolutions (the U-Net's) go to the direct kernels of conv_direct.h instead, and
 // so does their dgrad, which for stride 1 is an fprop with flipped weights.
 #pragma once
 #include <cstdint>

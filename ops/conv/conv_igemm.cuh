@@ -2,22 +2,34 @@
 // the implicit-GEMM view of a convolution over channels-last volumes, fast integer division, the
 // Tensor Core primitives (cp.async, ldmatrix, mma.sync.m16n8k16) and the pointer-level launchers.
 //
+// 16-bit operands: the Tensor Core kernels are templates over their operand type T, __half (FP16) or
+// __nv_bfloat16 (BF16; mma.sync.m16n8k16 has .f16 and .bf16 forms on sm_80+, ldmatrix and cp.async
+// move 16-bit words whatever they hold); both accumulate in FP32 and the epilogue rounds to T once.
+// The host launchers take the type as a TcOperand tag, so a dtype maps to it in one line.
+//
 // The implicit GEMM (every kernel here computes one of these without materialising the column matrix):
 //   A (M, K): row m = an output position (n, z, y, x) of the GEMM's row space (od, oh, ow),
-//             column kk = (tap, c) = (a, b, e) * C + c, tap = (a * k + b) * k + e over the k^3 kernel taps.
-//             A[m][kk] = src[n, iz, iy, ix, c] (NDHWC) or 0 where the tap falls in the padding, with
-//               forward gather     (conv3d fprop and wgrad):  iz = z * stride - pad + a
-//               transposed gather  (conv3d dgrad):            iz * stride = z + pad - a  (0 unless divisible)
-//   K = k^3 * C, ordered tap-major, channel-minor: the order of a KRSC weight (Cout, kd, kh, kw, Cin).
-// For stride 1 the transposed gather is the forward gather with a flipped kernel and padding k-1-pad,
-// so dgrad runs at fprop's speed; for stride > 1 it is correct but (s^3 - 1) / s^3 of its taps are zero.
+//             column kk = (tap, c) = (a, b, e) * C + c, tap = (a * kh + b) * kw + e over the kd kh kw
+//             kernel taps.
+//             A[m][kk] = src[n, iz, iy, ix, c] (NDHWC) or 0 where the tap falls in the padding, with, on
+//             each axis (shown for D; H and W alike with their own stride, padding and dilation)
+//               forward gather     (conv3d fprop and wgrad):  iz = z * sd - pd + a * dd
+//               transposed gather  (conv3d dgrad):            iz * sd = z + pd - a * dd  (0 unless divisible)
+//   K = kd kh kw * C, ordered tap-major, channel-minor: the order of a KRSC weight (Cout, kd, kh, kw, Cin).
+// Per-axis values cost the hot loop nothing over a cubic kernel: gather_row applies the strides and
+// paddings once per row, gather_col the dilations once per column (it returns a * dd, not a), and the
+// transposed gather's divisibility test is skipped on an axis of stride 1, where it is the forward
+// gather with a flipped kernel: dgrad runs at fprop's speed; on an axis of stride s > 1 it is correct
+// but (s - 1) / s of that axis's taps are zero.
 //
 // Integers: m, kk and pixel indices are int32 (launchers check M, K and every volume < 2^31); element
 // offsets are int64 (pixel * C).
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/check.cuh"
 
@@ -53,43 +65,47 @@ struct Gather {
   const void* src = nullptr;      // (n, d, h, w, c) channels-last, the kernel's element type
   int n = 0, d = 0, h = 0, w = 0, c = 0;  // source extents
   int od = 0, oh = 0, ow = 0;    // the GEMM's row space: M = n * od * oh * ow
-  int k = 1, stride = 1, pad = 0;
+  int kd = 1, kh = 1, kw = 1;     // kernel extents per axis
+  int sd = 1, sh = 1, sw = 1;     // strides
+  int pd = 0, ph = 0, pw = 0;     // paddings
+  int dd = 1, dh = 1, dw = 1;     // dilations
   bool transposed = false;        // forward or transposed gather (file comment)
-  int M = 0, K = 0;               // K = k^3 * c
-  FastDivmod div_ovol, div_ohw, div_ow, div_c, div_kk, div_k;
+  int M = 0, K = 0;               // K = kd kh kw * c
+  FastDivmod div_ovol, div_ohw, div_ow, div_c, div_khw, div_kw;
 
   void init() {
     M = n * od * oh * ow;
-    K = k * k * k * c;
+    K = kd * kh * kw * c;
     div_ovol = FastDivmod(od * oh * ow);
     div_ohw = FastDivmod(oh * ow);
     div_ow = FastDivmod(ow);
     div_c = FastDivmod(c);
-    div_kk = FastDivmod(k * k);
-    div_k = FastDivmod(k);
+    div_khw = FastDivmod(kh * kw);
+    div_kw = FastDivmod(kw);
   }
 };
 
-/// Where row m starts reading: (n, z0, y0, x0) with z0 = z * stride - pad (forward) or z + pad
-/// (transposed); n = -1 marks a row past M (all zeros).
+/// Where row m starts reading: (n, z0, y0, x0) with z0 = z * sd - pd (forward) or z + pd
+/// (transposed), per axis; n = -1 marks a row past M (all zeros).
 __device__ __forceinline__ int4 gather_row(const Gather& g, int m) {
   if (m >= g.M) return make_int4(-1, 0, 0, 0);
   int n, r, z, y, x;
   g.div_ovol.divmod(m, n, r);
   g.div_ohw.divmod(r, z, r);
   g.div_ow.divmod(r, y, x);
-  if (g.transposed) return make_int4(n, z + g.pad, y + g.pad, x + g.pad);
-  return make_int4(n, z * g.stride - g.pad, y * g.stride - g.pad, x * g.stride - g.pad);
+  if (g.transposed) return make_int4(n, z + g.pd, y + g.ph, x + g.pw);
+  return make_int4(n, z * g.sd - g.pd, y * g.sh - g.ph, x * g.sw - g.pw);
 }
 
-/// The column kk as (a, b, e, c); a = -1 marks a column past K.
+/// The column kk as (a dd, b dh, e dw, c): the tap's offsets along each axis, dilated; a = -1 marks a
+/// column past K.
 __device__ __forceinline__ int4 gather_col(const Gather& g, int kk) {
   if (kk >= g.K) return make_int4(-1, 0, 0, 0);
   int tap, c, a, r, b, e;
   g.div_c.divmod(kk, tap, c);
-  g.div_kk.divmod(tap, a, r);
-  g.div_k.divmod(r, b, e);
-  return make_int4(a, b, e, c);
+  g.div_khw.divmod(tap, a, r);
+  g.div_kw.divmod(r, b, e);
+  return make_int4(a * g.dd, b * g.dh, e * g.dw, c);
 }
 
 /// One source coordinate of the transposed gather: (o - t) / s when divisible, else -1.
@@ -104,9 +120,9 @@ __device__ __forceinline__ int64_t gather_offset(const Gather& g, int4 row, int4
   if (row.x < 0 || col.x < 0) return -1;
   int iz, iy, ix;
   if (g.transposed) {
-    iz = transposed_coord(row.y, col.x, g.stride);
-    iy = transposed_coord(row.z, col.y, g.stride);
-    ix = transposed_coord(row.w, col.z, g.stride);
+    iz = transposed_coord(row.y, col.x, g.sd);
+    iy = transposed_coord(row.z, col.y, g.sh);
+    ix = transposed_coord(row.w, col.z, g.sw);
   } else {
     iz = row.y + col.x;
     iy = row.z + col.y;
@@ -119,18 +135,41 @@ __device__ __forceinline__ int64_t gather_offset(const Gather& g, int4 row, int4
   return static_cast<int64_t>(pix) * g.c + col.w;
 }
 
+// ---- the 16-bit operand types ------------------------------------------------------------------
+/// The Tensor Core kernels' operand type, as the host names it: FP16 (__half) or BF16 (__nv_bfloat16).
+enum class TcOperand : int { Half, BFloat16 };
+
+/// FP32 <-> T conversions of the kernels (round to nearest even), for T = __half or __nv_bfloat16.
+template <typename T>
+__device__ __forceinline__ float operand_to_float(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
+  else return __half2float(v);
+}
+template <typename T>
+__device__ __forceinline__ T operand_from_float(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return __float2half_rn(v);
+}
+/// Two FP32 values rounded to T and stored as one 32-bit word at p (p 4-byte aligned).
+template <typename T>
+__device__ __forceinline__ void store_operand_pair(T* p, float v0, float v1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+  else *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
+}
+
 // ---- the epilogue's output --------------------------------------------------------------------
 /// C (M, N) of the fprop/dgrad GEMM goes to out[m * N + n] (NDHWC with N channels), or, with
-/// `scatter` (conv_transpose3d with kernel == stride, no padding), column n = tap * cout + co of row
-/// m = (b, z, y, x) of the input goes to out[b, z*s + a, y*s + bb, x*s + e, co] of (b, od, oh, ow, cout).
+/// `scatter` (conv_transpose3d with kernel == stride per axis, no padding, dilation 1, no
+/// output_padding), column n = tap * cout + co of row m = (b, z, y, x) of the input, tap = (a * kh + bb)
+/// * kw + e, goes to out[b, z*kd + a, y*kh + bb, x*kw + e, co] of (b, od, oh, ow, cout).
 struct Epilogue {
   void* out = nullptr;
-  bool out_half = false;
+  bool out_operand = false;       // out holds the Tensor Core kernel's 16-bit operand type T (else FP32)
   const void* bias = nullptr;     // (cout) in the kernel's element type, or null
   int N = 0;                      // GEMM columns
   bool scatter = false;
-  int cout = 0, k = 1, od = 1, oh = 1, ow = 1;  // scatter geometry (cout = N / k^3)
-  FastDivmod div_cout, div_kk, div_k;
+  int cout = 0, kd = 1, kh = 1, kw = 1, od = 1, oh = 1, ow = 1;  // scatter geometry (cout = N / (kd kh kw))
+  FastDivmod div_cout, div_khw, div_kw;
 };
 
 /// Output element offset of C[m][n] given m's gather row (scatter: row = (b, z, y, x) of the
@@ -142,10 +181,10 @@ __device__ __forceinline__ int64_t output_offset(const Epilogue& e, int m, int4 
   }
   int tap, co, a, r, b, c;
   e.div_cout.divmod(n, tap, co);
-  e.div_kk.divmod(tap, a, r);
-  e.div_k.divmod(r, b, c);
+  e.div_khw.divmod(tap, a, r);
+  e.div_kw.divmod(r, b, c);
   channel = co;
-  const int pix = ((row.x * e.od + row.y * e.k + a) * e.oh + row.z * e.k + b) * e.ow + row.w * e.k + c;
+  const int pix = ((row.x * e.od + row.y * e.kd + a) * e.oh + row.z * e.kh + b) * e.ow + row.w * e.kw + c;
   return static_cast<int64_t>(pix) * e.cout + co;
 }
 
@@ -161,7 +200,8 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
 
-/// Four 8x8 FP16 matrices from shared memory; lane l supplies the row address of matrix l / 8.
+/// Four 8x8 matrices of 16-bit words (FP16 or BF16) from shared memory; lane l supplies the row
+/// address of matrix l / 8.
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -172,25 +212,37 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
-/// d (16x8, FP32) += a (16x16, FP16, row) * b (16x8, FP16, col).
+/// d (16x8, FP32) += a (16x16, T, row) * b (16x8, T, col), T = __half (.f16) or __nv_bfloat16 (.bf16).
+template <typename T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "mma.sync m16n8k16: f16 or bf16");
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
 // ---- pointer-level launchers (conv3d_cuda.cu calls them; each checks its own preconditions) --------
-/// C = A(g) * B^T (+ bias) on Tensor Cores, FP16 operands: B (n_pad, k_pad) FP16 row-major, zero
-/// beyond (N, K), n_pad a multiple of 128 and k_pad of 32 (weights_padded_extents).
-void tc_igemm(const Gather& g, const __half* B, int k_pad, const Epilogue& e, const char* op);
+/// C = A(g) * B^T (+ bias) on Tensor Cores, 16-bit operands of type `type` (g.src, B and the bias;
+/// an out_operand output too): B (n_pad, k_pad) row-major, zero beyond (N, K), n_pad a multiple of 128
+/// and k_pad of 32 (pack_weights).
+void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const char* op);
 /// The FP32 SIMT twin of tc_igemm (FFMA), B (n_pad, k_pad) FP32.
 void simt_igemm(const Gather& g, const float* B, int k_pad, const Epilogue& e, const char* op);
 /// Split partials of dW (cout, K) = dy^T (cout, M) * A(g) (M, K): partial[s] (cout, K) FP32 for split s
 /// of `splits` equal ranges of M; dy (M, cout) channels-last in the element type. Returns nothing; the
 /// caller sums the splits (deterministic: no atomics).
-void tc_wgrad(const Gather& g, const __half* dy, int cout, float* partial, int splits, const char* op);
+/// tc_wgrad: g.src and dy of the 16-bit type `type`.
+void tc_wgrad(const Gather& g, TcOperand type, const void* dy, int cout, float* partial, int splits, const char* op);
 void simt_wgrad(const Gather& g, const float* dy, int cout, float* partial, int splits, const char* op);
 /// The number of M-splits of a wgrad for this problem (about 4 blocks per SM, at least 512 rows each).
 int wgrad_splits(int64_t M, int cout, int K, bool tensor_cores);
@@ -210,12 +262,15 @@ namespace halfgrad::ops::conv {
 enum class PackOrder : int { Fprop, Dgrad, Scatter };
 /// t cast to dt (when it differs) and in channels-last (NDHWC) storage.
 Tensor to_channels_last(const Tensor& t, Dtype dt);
-/// B (n_pad, k_pad) in w's dtype from w (A0, A1, k, k, k), zero-padded to kPadN / kPadK multiples.
+/// B (n_pad, k_pad) in w's dtype from w (A0, A1, kd, kh, kw), zero-padded to kPadN / kPadK multiples.
 Tensor pack_weights(const Tensor& w, PackOrder order, const char* op);
 /// The gather of A over the channels-last src_cl (N, C, ...): forward (rows = g's output extents) or
 /// transposed (rows = g's input extents, src = an output gradient).
 igemm::Gather make_gather(const Tensor& src_cl, const ConvGeometry& g, bool transposed, const char* op);
-/// tc_igemm for FP16 B, simt_igemm for FP32 B.
+/// Whether dt runs on the Tensor Core kernels, and as which 16-bit operand type (float16 -> Half; the
+/// BF16 dtype adds its line here). False for float32 (the FFMA kernels).
+bool tensor_core_operand(Dtype dt, igemm::TcOperand* type);
+/// tc_igemm for a 16-bit B (tensor_core_operand), simt_igemm for FP32 B.
 void run_igemm(const igemm::Gather& ga, const Tensor& B, const igemm::Epilogue& e, const char* op);
 /// dx (N, Cin, D, H, W) = dgrad(dy, w) + b (b may be undefined), in `format`.
 Tensor dgrad_with_bias(const ConvGeometry& g, const Tensor& dy, const Tensor& w, const Tensor& b, MemoryFormat format,

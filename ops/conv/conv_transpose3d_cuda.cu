@@ -3,11 +3,13 @@
 // fprop of dy and dw conv3d's wgrad with x and dy swapped (conv3d.cpp), on the kernels of
 // conv3d_fprop_cuda.cu / conv3d_wgrad_cuda.cu / conv3d_simt_cuda.cu.
 //
-// Math: x (N, Cin, D, H, W), w (Cin, Cout, k, k, k), b (Cout); y (N, Cout, Do, Ho, Wo), Do = (D-1)s - 2p + k
-//   y[n, z*s - p + a, ..., co] += sum_ci x[n, z, ..., ci] * w[ci, co, a, b, c]   (+ b[co])
-// * kernel == stride, padding 0 (the U-Net's 2x2x2 stride-2 up-convolution): the windows tile the
-//   output without overlap, so y[n, k*z + a, k*y + b, k*x + c, co] = b[co] + sum_ci x[n, z, y, x, ci]
-//   * w[ci, co, a, b, c] is ONE GEMM: M = N*D*H*W (rows of x, channels-last), N = k^3*Cout (columns
+// Math: x (N, Cin, D, H, W), w (Cin, Cout, kd, kh, kw), b (Cout); y (N, Cout, Do, Ho, Wo),
+//   Do = (D-1) sd - 2 pd + dd (kd - 1) + output_padding_d + 1 (H, W alike)
+//   y[n, z*sd - pd + a*dd, ..., co] += sum_ci x[n, z, ..., ci] * w[ci, co, a, b, c]   (+ b[co])
+// * kernel == stride per axis, padding 0, dilation 1, no output_padding (the U-Net's 2x2x2 stride-2
+//   up-convolution, or nnU-Net's (1, 2, 2)): the windows tile the output without overlap, so
+//   y[n, kd*z + a, kh*y + b, kw*x + c, co] = b[co] + sum_ci x[n, z, y, x, ci]
+//   * w[ci, co, a, b, c] is ONE GEMM: M = N*D*H*W (rows of x, channels-last), N = kd kh kw Cout (columns
 //   (tap, co)), K = Cin, with B[(tap, co)][ci] = w[ci][co][tap] (pack_weights' scatter order) and an
 //   epilogue that writes column (tap, co) of row (n, z, y, x) to its output voxel (every voxel once,
 //   bias added there). Runs on tc_igemm / simt_igemm with the pointwise gather.
@@ -27,6 +29,7 @@
 #include <climits>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/tensor_access.cuh"
 #include "ops/conv/conv3d_cuda.h"
 #include "ops/conv/conv_igemm.cuh"
 
@@ -69,11 +72,16 @@ Tensor cuda_conv_transpose3d_fprop(const ConvGeometry& g, const Tensor& x, const
   const char* op = "conv_transpose3d";
   // G maps (N, g.cin, g.d, g.h, g.w) -> (N, g.cout, g.od, g.oh, g.ow); x is G's output side.
   HG_CHECK(x.is_cuda() && w.is_cuda(), op << ": input and weight must be CUDA tensors");
-  HG_CHECK(x.shape() == Shape({g.n, g.cout, g.od, g.oh, g.ow}) && w.shape() == Shape({g.cout, g.cin, g.k, g.k, g.k}),
+  HG_CHECK(x.shape() == Shape({g.n, g.cout, g.od, g.oh, g.ow}) &&
+               w.shape() == Shape({g.cout, g.cin, g.k[0], g.k[1], g.k[2]}),
            op << ": input " << shape_str(x.shape()) << " / weight " << shape_str(w.shape()) << " do not match the geometry");
   HG_CHECK(w.dtype() == kFloat16 || w.dtype() == kFloat32, op << ": weight must be float16 or float32");
   HG_CHECK(!b.defined() || (b.is_cuda() && b.numel() == g.cin), op << ": bias must be a CUDA tensor of " << g.cin << " elements");
-  if (!(g.k == g.s && g.p == 0)) return dgrad_with_bias(g, x, w, b, format, op);
+  // Disjoint windows that tile y exactly: kernel == stride, dilation 1, padding 0 on every axis, and
+  // no output_padding (y's extents are x's times the kernel).
+  const bool tiles_output = g.k == g.s && g.dil == Axes{1, 1, 1} && g.p == Axes{0, 0, 0} && g.d == g.od * g.k[0] &&
+                            g.h == g.oh * g.k[1] && g.w == g.ow * g.k[2];
+  if (!tiles_output) return dgrad_with_bias(g, x, w, b, format, op);
 
   const Dtype dt = w.dtype();
   const Tensor xs = to_channels_last(x, dt);
@@ -84,22 +92,22 @@ Tensor cuda_conv_transpose3d_fprop(const ConvGeometry& g, const Tensor& x, const
   Tensor y = Tensor::empty({g.n, g.cin, g.d, g.h, g.w}, dt, Device::CUDA, MemoryFormat::ChannelsLast3d);
   igemm::Epilogue e;
   e.out = y.raw_data();
-  e.out_half = dt == kFloat16;
+  e.out_operand = dt != kFloat32;  // a 16-bit dtype runs on the Tensor Cores and writes it
   const Tensor bc = b.defined() ? (b.dtype() == dt ? b : b.cast_copy(dt)) : Tensor();
   e.bias = bc.defined() ? bc.raw_data() : nullptr;
   e.scatter = true;
   e.cout = static_cast<int>(g.cin);
-  e.k = static_cast<int>(g.k);
+  e.kd = static_cast<int>(g.k[0]);
+  e.kh = static_cast<int>(g.k[1]);
+  e.kw = static_cast<int>(g.k[2]);
   e.N = static_cast<int>(g.kvol() * g.cin);
   e.od = static_cast<int>(g.d);
   e.oh = static_cast<int>(g.h);
   e.ow = static_cast<int>(g.w);
-  HG_CHECK(g.d == g.od * g.k && g.h == g.oh * g.k && g.w == g.ow * g.k,
-           op << ": kernel == stride output " << shape_str(y.shape()) << " must be k x the input " << shape_str(x.shape()));
   HG_CHECK(y.numel() < INT32_MAX * int64_t{1}, op << ": output " << shape_str(y.shape()) << " exceeds the 32-bit index range");
   e.div_cout = igemm::FastDivmod(e.cout);
-  e.div_kk = igemm::FastDivmod(e.k * e.k);
-  e.div_k = igemm::FastDivmod(e.k);
+  e.div_khw = igemm::FastDivmod(e.kh * e.kw);
+  e.div_kw = igemm::FastDivmod(e.kw);
   run_igemm(ga, B, e, op);
   return y.format_copy(format);
 }
@@ -121,18 +129,13 @@ Tensor cuda_channel_sums(const Tensor& t) {
   HG_CHECK(C <= 65535, op << ": " << C << " channels exceed the grid");
   Tensor lane_sums = Tensor::empty({lanes}, kFloat32, Device::CUDA);
   const unsigned blocks = static_cast<unsigned>((lanes + kThreads - 1) / kThreads);
-  if (t.dtype() == kFloat16) {
-    const __half* p = reinterpret_cast<const __half*>(tc.data<uint16_t>());
-    lane_sums_kernel<<<blocks, kThreads, 0, cuda::stream()>>>(p, total, lanes, lane_sums.data<float>());
+  cuda::dispatch_float(op, "channel sums", t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    lane_sums_kernel<<<blocks, kThreads, 0, cuda::stream()>>>(cuda::dev<T>(tc), total, lanes, lane_sums.data<float>());
     HG_CUDA_LAUNCH_CHECK(op);
     channel_total_kernel<<<static_cast<unsigned>(C), kThreads, 0, cuda::stream()>>>(
-        lane_sums.data<float>(), per_channel, static_cast<int>(C), reinterpret_cast<__half*>(out.data<uint16_t>()));
-  } else {
-    lane_sums_kernel<<<blocks, kThreads, 0, cuda::stream()>>>(tc.data<float>(), total, lanes, lane_sums.data<float>());
-    HG_CUDA_LAUNCH_CHECK(op);
-    channel_total_kernel<<<static_cast<unsigned>(C), kThreads, 0, cuda::stream()>>>(lane_sums.data<float>(), per_channel,
-                                                                                    static_cast<int>(C), out.data<float>());
-  }
+        lane_sums.data<float>(), per_channel, static_cast<int>(C), cuda::dev<T>(out));
+  });
   HG_CUDA_LAUNCH_CHECK(op);
   return out;
 }

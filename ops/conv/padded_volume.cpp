@@ -16,7 +16,7 @@ PaddedGroup padded_group(const ConvGeometry& g, const Padded& P) {
 void pad_samples(const ConvGeometry& g, const Padded& P, const float* x, int64_t n0, int64_t nb, float* xp) {
 #pragma omp for schedule(static)
   for (int64_t cz = 0; cz < nb * g.cin * P.dp; ++cz) {
-    const int64_t nc = cz / P.dp, zi = cz % P.dp - g.p;  // nc = local sample * Cin + channel
+    const int64_t nc = cz / P.dp, zi = cz % P.dp - g.p[0];  // nc = local sample * Cin + channel
     float* dst = xp + cz * P.plane();
     if (zi < 0 || zi >= g.d) {
       std::fill(dst, dst + P.plane(), 0.0f);
@@ -25,14 +25,15 @@ void pad_samples(const ConvGeometry& g, const Padded& P, const float* x, int64_t
     const float* src = x + ((n0 * g.cin + nc) * g.d + zi) * g.h * g.w;
     for (int64_t yp = 0; yp < P.hp; ++yp) {
       float* row = dst + yp * P.wp;
-      const int64_t yi = yp - g.p;
+      const int64_t yi = yp - g.p[1];
       if (yi < 0 || yi >= g.h) {
         std::fill(row, row + P.wp, 0.0f);
         continue;
       }
-      std::fill(row, row + g.p, 0.0f);
-      std::memcpy(row + g.p, src + yi * g.w, sizeof(float) * g.w);
-      std::fill(row + g.p + g.w, row + P.wp, 0.0f);
+      const int64_t pw = g.p[2];
+      std::fill(row, row + pw, 0.0f);
+      std::memcpy(row + pw, src + yi * g.w, sizeof(float) * g.w);
+      std::fill(row + pw + g.w, row + P.wp, 0.0f);
     }
   }
 }

@@ -1,7 +1,7 @@
 // padded_volume.h - zero-padded copies of input samples for the direct convolution kernels (internal to
-// ops/conv/). A padded sample xp is (Cin, D + 2p, H + 2p, W + 2p), dense row-major, so the input
-// position an output at (z, y, x) reads through tap (i, j, l) is xp[c, z + i, y + j, x + l] for stride 1:
-// no bounds checks in the kernels.
+// ops/conv/). A padded sample xp is (Cin, D + 2pd, H + 2ph, W + 2pw), dense row-major, so the input
+// position an output at (z, y, x) reads through tap (i, j, l) is xp[c, z + i, y + j, x + l] for stride 1
+// and dilation 1: no bounds checks in the kernels.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -19,7 +19,7 @@ struct Padded {
   int64_t sample(int64_t cin) const { return cin * channel(); }
 };
 
-inline Padded padded_extents(const ConvGeometry& g) { return {g.d + 2 * g.p, g.h + 2 * g.p, g.w + 2 * g.p}; }
+inline Padded padded_extents(const ConvGeometry& g) { return {g.d + 2 * g.p[0], g.h + 2 * g.p[1], g.w + 2 * g.p[2]}; }
 
 /// A buffer of the calling thread (kept across calls, shared with its OpenMP team) holding `samples`
 /// padded samples back to back: as many as fit in kPaddedGroupFloats (at least 1, at most N), so that

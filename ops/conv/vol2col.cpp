@@ -2,8 +2,8 @@
 //
 // A column tile [q0, q1) is cut into output-row segments: runs of consecutive x positions with the same
 // (n, z, y). For each column-matrix row r = (c, i, j, l) and each segment, the input row it reads is
-// x[n, c, s*z + i - p, s*y + j - p, :], so the copy is a zero-filled head, a contiguous (stride 1) or
-// strided run, and a zero-filled tail. Each call runs on one thread: the callers parallelise over tiles
+// x[n, c, sd*z + dd*i - pd, sh*y + dh*j - ph, :], so the copy is a zero-filled head, a contiguous
+// (W stride 1) or strided run, and a zero-filled tail. Each call runs on one thread: the callers parallelise over tiles
 // (vol2col) or over channels (col2vol).
 #include "ops/conv/vol2col.h"
 
@@ -13,17 +13,18 @@
 
 namespace halfgrad::ops::conv {
 
-ConvGeometry make_geometry(int64_t n, int64_t cin, int64_t cout, int64_t d, int64_t h, int64_t w, int64_t k,
-                           int64_t s, int64_t p) {
+ConvGeometry make_geometry(int64_t n, int64_t cin, int64_t cout, int64_t d, int64_t h, int64_t w,
+                           const ExpandingArray<3>& k, const ExpandingArray<3>& s, const ExpandingArray<3>& p,
+                           const ExpandingArray<3>& dil) {
   ConvGeometry g;
   g.n = n; g.cin = cin; g.cout = cout;
   g.d = d; g.h = h; g.w = w;
-  g.k = k; g.s = s; g.p = p;
-  auto out = [&](int64_t e) {
-    const int64_t span = e + 2 * p - k;
-    return span < 0 ? 0 : span / s + 1;
+  g.k = k.array(); g.s = s.array(); g.p = p.array(); g.dil = dil.array();
+  auto out = [&](int64_t e, int a) {
+    const int64_t span = e + 2 * g.p[a] - g.dil[a] * (g.k[a] - 1) - 1;
+    return span < 0 ? 0 : span / g.s[a] + 1;
   };
-  g.od = out(d); g.oh = out(h); g.ow = out(w);
+  g.od = out(d, 0); g.oh = out(h, 1); g.ow = out(w, 2);
   return g;
 }
 
@@ -49,13 +50,14 @@ const std::vector<RowSegment>& segments(const ConvGeometry& g, int64_t q0, int64
   return segs;
 }
 
-// The x positions of a segment whose input index s*x + l - p lies in [0, w): [lo, hi) relative to x0.
+// The x positions of a segment whose input index sw*x + dw*l - pw lies in [0, w): [lo, hi) relative to x0.
 inline void valid_span(const ConvGeometry& g, const RowSegment& sg, int64_t l, int64_t& lo, int64_t& hi) {
   const int64_t len = sg.x1 - sg.x0;
-  // s*x + l - p >= 0  <=>  x >= ceil((p - l) / s);   s*x + l - p < w  <=>  x <= floor((w - 1 + p - l) / s)
+  const int64_t s = g.s[2], off = g.p[2] - g.dil[2] * l;
+  // s*x - off >= 0  <=>  x >= ceil(off / s);   s*x - off < w  <=>  x <= floor((w - 1 + off) / s)
   auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); };
   auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
-  const int64_t first = ceil_div(g.p - l, g.s), last = floor_div(g.w - 1 + g.p - l, g.s);
+  const int64_t first = ceil_div(off, s), last = floor_div(g.w - 1 + off, s);
   lo = std::clamp(first - sg.x0, int64_t{0}, len);
   hi = std::clamp(last + 1 - sg.x0, lo, len);
 }
@@ -65,16 +67,16 @@ inline void valid_span(const ConvGeometry& g, const RowSegment& sg, int64_t l, i
 template <typename T>
 void vol2col(const ConvGeometry& g, const T* x, int64_t q0, int64_t q1, T* col, int64_t ld) {
   const auto& segs = segments(g, q0, q1);
-  const int64_t k = g.k, s = g.s, p = g.p;
+  const int64_t kd = g.k[0], kh = g.k[1], kw = g.k[2], sw = g.s[2];
   for (int64_t c = 0; c < g.cin; ++c)
-    for (int64_t i = 0; i < k; ++i)
-      for (int64_t j = 0; j < k; ++j)
-        for (int64_t l = 0; l < k; ++l) {
-          T* row = col + (((c * k + i) * k + j) * k + l) * ld;
+    for (int64_t i = 0; i < kd; ++i)
+      for (int64_t j = 0; j < kh; ++j)
+        for (int64_t l = 0; l < kw; ++l) {
+          T* row = col + (((c * kd + i) * kh + j) * kw + l) * ld;
           for (const RowSegment& sg : segs) {
             T* dst = row + sg.off;
             const int64_t len = sg.x1 - sg.x0;
-            const int64_t zi = s * sg.z + i - p, yi = s * sg.y + j - p;
+            const int64_t zi = g.s[0] * sg.z + g.dil[0] * i - g.p[0], yi = g.s[1] * sg.y + g.dil[1] * j - g.p[1];
             if (zi < 0 || zi >= g.d || yi < 0 || yi >= g.h) {
               std::fill(dst, dst + len, T(0));
               continue;
@@ -83,11 +85,11 @@ void vol2col(const ConvGeometry& g, const T* x, int64_t q0, int64_t q1, T* col, 
             int64_t lo, hi;
             valid_span(g, sg, l, lo, hi);
             std::fill(dst, dst + lo, T(0));
-            const int64_t xi0 = s * sg.x0 + l - p;  // input x of the segment's first position
-            if (s == 1) {
+            const int64_t xi0 = sw * sg.x0 + g.dil[2] * l - g.p[2];  // input x of the segment's first position
+            if (sw == 1) {
               std::memcpy(dst + lo, src + xi0 + lo, sizeof(T) * (hi - lo));
             } else {
-              for (int64_t t = lo; t < hi; ++t) dst[t] = src[xi0 + s * t];
+              for (int64_t t = lo; t < hi; ++t) dst[t] = src[xi0 + sw * t];
             }
             std::fill(dst + hi, dst + len, T(0));
           }
@@ -97,23 +99,24 @@ void vol2col(const ConvGeometry& g, const T* x, int64_t q0, int64_t q1, T* col, 
 template <typename T>
 void col2vol(const ConvGeometry& g, const T* col, int64_t ld, int64_t q0, int64_t q1, int64_t c0, int64_t c1, T* x) {
   const auto& segs = segments(g, q0, q1);
-  const int64_t k = g.k, s = g.s, p = g.p;
+  const int64_t kd = g.k[0], kh = g.k[1], kw = g.k[2], sw = g.s[2];
   for (int64_t c = c0; c < c1; ++c)
-    for (int64_t i = 0; i < k; ++i)
-      for (int64_t j = 0; j < k; ++j)
-        for (int64_t l = 0; l < k; ++l) {
-          const T* row = col + (((c * k + i) * k + j) * k + l) * ld;
+    for (int64_t i = 0; i < kd; ++i)
+      for (int64_t j = 0; j < kh; ++j)
+        for (int64_t l = 0; l < kw; ++l) {
+          const T* row = col + (((c * kd + i) * kh + j) * kw + l) * ld;
           for (const RowSegment& sg : segs) {
-            const int64_t zi = s * sg.z + i - p, yi = s * sg.y + j - p;
+            const int64_t zi = g.s[0] * sg.z + g.dil[0] * i - g.p[0], yi = g.s[1] * sg.y + g.dil[1] * j - g.p[1];
             if (zi < 0 || zi >= g.d || yi < 0 || yi >= g.h) continue;
             const T* src = row + sg.off;
-            T* dst = x + (((sg.n * g.cin + c) * g.d + zi) * g.h + yi) * g.w + (s * sg.x0 + l - p);
+            // dst + t is the input x of position x0 + t (it lies in the volume for t in [lo, hi)).
+            T* dst = x + (((sg.n * g.cin + c) * g.d + zi) * g.h + yi) * g.w + (sw * sg.x0 + g.dil[2] * l - g.p[2]);
             int64_t lo, hi;
             valid_span(g, sg, l, lo, hi);
-            if (s == 1) {
+            if (sw == 1) {
               for (int64_t t = lo; t < hi; ++t) dst[t] += src[t];
             } else {
-              for (int64_t t = lo; t < hi; ++t) dst[s * t] += src[t];
+              for (int64_t t = lo; t < hi; ++t) dst[sw * t] += src[t];
             }
           }
         }

@@ -10,7 +10,10 @@
 //            relative, ~3e-4 in norm; no sqrt(K) growth since accumulation is FP32)
 // The size grid covers every kernel configuration: Cin 1/3/17 (element gathers) and 8/16/32 (16-byte
 // gathers), Cout 3/8/16/24 and 48/80 (the 16, 32, 64 and 128-wide tiles), odd extents (5x7x6),
-// stride 1 and 2, padding 0 and 1, kernel 1 and 3, batch 1-3, M over several blocks and wgrad splits.
+// stride 1 and 2, padding 0 and 1, kernel 1 and 3, batch 1-3, M over several blocks and wgrad splits;
+// the per-axis grid covers nnU-Net's anisotropic (1, 3, 3) kernels and (1, 2, 2) strides, per-axis
+// padding, dilation on one axis, output_padding, and the (1, 2, 2) scatter up-convolution.
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -35,6 +38,26 @@ struct ConvCase {
   }
 };
 
+// The per-axis form every case runs as: kernel, stride, padding, dilation, output_padding by axis.
+using Axes = std::array<int64_t, 3>;
+struct AxesCase {
+  int64_t n, cin, cout, d, h, w;
+  Axes k, s, p, dil, op;
+  bool bias;
+  std::string name() const {
+    auto str = [](const Axes& a) {
+      return "(" + std::to_string(a[0]) + "," + std::to_string(a[1]) + "," + std::to_string(a[2]) + ")";
+    };
+    return "n" + std::to_string(n) + " cin" + std::to_string(cin) + " cout" + std::to_string(cout) + " " +
+           std::to_string(d) + "x" + std::to_string(h) + "x" + std::to_string(w) + " k" + str(k) + " s" + str(s) +
+           " p" + str(p) + " d" + str(dil) + " op" + str(op) + (bias ? " bias" : "");
+  }
+};
+AxesCase axes_case(const ConvCase& c) {
+  return {c.n, c.cin, c.cout, c.d, c.h, c.w, {c.k, c.k, c.k}, {c.s, c.s, c.s}, {c.p, c.p, c.p}, {1, 1, 1}, {0, 0, 0},
+          c.bias};
+}
+
 double rel_error(const Tensor& got, const Tensor& ref) {
   REQUIRE(got.defined());
   REQUIRE(got.shape() == ref.shape());
@@ -52,7 +75,7 @@ struct Outputs {
 };
 
 // The op (conv3d or conv_transpose3d) forward and backward on copies of the given CPU values.
-Outputs run(bool transposed, const ConvCase& c, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& gy0,
+Outputs run(bool transposed, const AxesCase& c, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& gy0,
             Device dev, Dtype dt, MemoryFormat fmt) {
   auto place = [&](const Tensor& t) {
     Tensor v = t.cast_copy(dt);
@@ -62,20 +85,22 @@ Outputs run(bool transposed, const ConvCase& c, const Tensor& x0, const Tensor& 
   x.set_requires_grad(true);
   w.set_requires_grad(true);
   if (b.defined()) b.set_requires_grad(true);
-  const auto p = ops::Conv3dParams().stride(c.s).padding(c.p);
+  const auto p = ops::Conv3dParams().stride(c.s).padding(c.p).dilation(c.dil).output_padding(c.op);
   Tensor y = transposed ? ops::conv_transpose3d(x, w, b, p) : ops::conv3d(x, w, b, p);
   y.backward(place(gy0));
   return {y, x.grad(), w.grad(), b.defined() ? b.grad() : Tensor()};
 }
 
-void check_case(bool transposed, const ConvCase& c, uint64_t seed) {
+void check_case(bool transposed, const AxesCase& c, uint64_t seed) {
   const int64_t cw0 = transposed ? c.cin : c.cout, cw1 = transposed ? c.cout : c.cin;
   Shape out{c.n, c.cout, 0, 0, 0};
   const int64_t in[3] = {c.d, c.h, c.w};
-  for (int i = 0; i < 3; ++i)
-    out[2 + i] = transposed ? (in[i] - 1) * c.s - 2 * c.p + c.k : (in[i] + 2 * c.p - c.k) / c.s + 1;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t span = c.dil[i] * (c.k[i] - 1) + 1;
+    out[2 + i] = transposed ? (in[i] - 1) * c.s[i] - 2 * c.p[i] + span + c.op[i] : (in[i] + 2 * c.p[i] - span) / c.s[i] + 1;
+  }
   const Tensor x0 = random_tensor({c.n, c.cin, c.d, c.h, c.w}, seed);
-  const Tensor w0 = random_tensor({cw0, cw1, c.k, c.k, c.k}, seed + 1, kFloat32, 0.3);
+  const Tensor w0 = random_tensor({cw0, cw1, c.k[0], c.k[1], c.k[2]}, seed + 1, kFloat32, 0.3);
   const Tensor b0 = random_tensor({c.cout}, seed + 2);
   const Tensor gy0 = random_tensor(out, seed + 3);
   for (Dtype dt : {kFloat32, kFloat16}) {
@@ -121,7 +146,7 @@ CUDA_TEST_CASE("conv3d cuda f32/f16 NCDHW/NDHWC fprop dgrad wgrad: size grid vs 
       {2, 8, 16, 12, 11, 13, 3, 1, 1, true},  // M = 3432: many blocks, several wgrad splits
   };
   uint64_t seed = 100;
-  for (const ConvCase& c : cases) check_case(false, c, seed += 10);
+  for (const ConvCase& c : cases) check_case(false, axes_case(c), seed += 10);
 }
 
 CUDA_TEST_CASE("conv_transpose3d cuda f32/f16 NCDHW/NDHWC k2s2 scatter GEMM and general dgrad path vs CPU float64") {
@@ -133,7 +158,35 @@ CUDA_TEST_CASE("conv_transpose3d cuda f32/f16 NCDHW/NDHWC k2s2 scatter GEMM and 
       {2, 3, 8, 4, 3, 5, 3, 1, 1, false},   // general, stride 1, Cin = 3
   };
   uint64_t seed = 900;
-  for (const ConvCase& c : cases) check_case(true, c, seed += 10);
+  for (const ConvCase& c : cases) check_case(true, axes_case(c), seed += 10);
+}
+
+CUDA_TEST_CASE("conv3d cuda f32/f16 NCDHW/NDHWC per-axis kernel/stride/padding/dilation: anisotropic grid vs CPU float64") {
+  const std::vector<AxesCase> cases = {
+      // n cin cout  d  h  w   kernel     stride     padding    dilation   output_padding
+      {2, 16, 32, 4, 9, 8, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}, {0, 0, 0}, true},   // nnU-Net in-plane conv
+      {2, 16, 32, 4, 9, 8, {1, 3, 3}, {1, 2, 2}, {0, 1, 1}, {1, 1, 1}, {0, 0, 0}, false},  // in-plane downsampling
+      {1, 1, 16, 5, 9, 7, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}, {0, 0, 0}, false},   // Cin = 1, K = 9
+      {1, 8, 24, 7, 5, 6, {3, 1, 1}, {2, 1, 1}, {1, 0, 0}, {1, 1, 1}, {0, 0, 0}, true},    // through-plane, stride on D
+      {1, 8, 16, 7, 5, 6, {3, 1, 3}, {1, 1, 1}, {2, 0, 1}, {2, 1, 1}, {0, 0, 0}, true},    // dilation 2 on D
+      {2, 3, 8, 5, 8, 7, {2, 3, 2}, {1, 1, 3}, {1, 0, 0}, {1, 2, 1}, {0, 0, 0}, false},    // dilation on H, stride on W
+      {1, 17, 80, 3, 6, 5, {3, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}, {0, 0, 0}, true},   // cubic kernel, per-axis padding
+      {2, 32, 48, 3, 12, 11, {1, 3, 3}, {1, 2, 2}, {0, 1, 1}, {1, 1, 1}, {0, 0, 0}, true}, // 128x64 tiles, wgrad splits
+  };
+  uint64_t seed = 2000;
+  for (const AxesCase& c : cases) check_case(false, c, seed += 10);
+}
+
+CUDA_TEST_CASE("conv_transpose3d cuda f32/f16 NCDHW/NDHWC per-axis: (1,2,2) scatter GEMM, output_padding, dilation vs CPU float64") {
+  const std::vector<AxesCase> cases = {
+      {2, 32, 16, 3, 4, 5, {1, 2, 2}, {1, 2, 2}, {0, 0, 0}, {1, 1, 1}, {0, 0, 0}, true},   // nnU-Net's in-plane upsampling
+      {1, 8, 3, 2, 3, 2, {2, 2, 1}, {2, 2, 1}, {0, 0, 0}, {1, 1, 1}, {0, 0, 0}, true},     // scatter, odd Cout
+      {1, 8, 5, 3, 4, 5, {1, 3, 3}, {1, 2, 2}, {0, 1, 1}, {1, 1, 1}, {0, 1, 1}, true},     // output_padding (0, 1, 1)
+      {1, 16, 8, 3, 4, 3, {2, 3, 3}, {1, 2, 2}, {1, 1, 0}, {2, 1, 1}, {1, 1, 1}, false},   // op 1 < dilation 2 on D
+      {1, 8, 8, 2, 3, 3, {1, 2, 2}, {1, 2, 2}, {0, 0, 0}, {1, 1, 1}, {0, 1, 0}, true},     // kernel == stride + op: general path
+  };
+  uint64_t seed = 3000;
+  for (const AxesCase& c : cases) check_case(true, c, seed += 10);
 }
 
 CUDA_TEST_CASE("conv3d cuda autocast: FP32 NDHWC model runs in FP16, FP32 weight gradient through the cast") {
