@@ -88,7 +88,7 @@ enum class CastInputs : uint8_t {
   ROW(CrossEntropy, "cross_entropy", Fp32, First, "a loss: log-softmax and a mean over every voxel")        \
   ROW(NllLoss, "nll_loss", Fp32, First, "a loss: a mean over every voxel")                                   \
   ROW(DiceLoss, "dice_loss", Fp32, First, "a loss: softmax and sums over every voxel")                      \
-  ROW(Upsample, "upsample", Fp32, Floating, "PyTorch's fp32 list (upsample_trilinear3d)")                   \
+  ROW(Upsample, "upsample", Fp32, Floating, "PyTorch's fp32 list (upsample_trilinear3d, upsample_nearest3d)") \
   ROW(Add, "add", Promote, Floating, "binary: the widest input type")                                        \
   ROW(Sub, "sub", Promote, Floating, "binary: the widest input type")                                        \
   ROW(Mul, "mul", Promote, Floating, "binary: the widest input type")                                        \
@@ -101,7 +101,13 @@ enum class CastInputs : uint8_t {
   ROW(Silu, "silu", None, None, "computed in FP32 inside, rounded once: no list, as PyTorch")                \
   ROW(Gelu, "gelu", None, None, "computed in FP32 inside, rounded once: no list, as PyTorch")                \
   ROW(MaxPool3d, "max_pool3d", None, None, "exact in any dtype")                                             \
+  ROW(AvgPool3d, "avg_pool3d", None, None, "on no list, as PyTorch: window sums in FP32 inside, rounded once") \
+  ROW(AdaptiveAvgPool3d, "adaptive_avg_pool3d", None, None, "on no list, as PyTorch: FP32 sums inside")      \
+  ROW(Sqrt, "sqrt", None, None, "on no list, as PyTorch: computed in FP32 inside, rounded once")             \
+  ROW(Clamp, "clamp", None, None, "on no list, as PyTorch: picks values, exact in any dtype")                \
   ROW(Reshape, "reshape", None, None, "moves no values")                                                     \
+  ROW(View, "view", None, None, "moves no values")                                                           \
+  ROW(Permute, "permute", None, None, "moves values, changes none (also transpose)")                         \
   ROW(Other, "other", None, None, "ops outside the table run in their inputs' type")
 
 enum class OpKind : uint8_t {
