@@ -4,8 +4,8 @@
 // Inside an AutocastGuard every op asks `autocast_dtype(kind, input dtypes)` which dtype to run in:
 //   Lower    conv3d, conv_transpose3d, matmul, linear: FP16 operands, FP32 accumulation (Tensor Core
 //            ops, where FP16 doubles the throughput and halves the bytes).
-//   Fp32     exp, log, pow, softmax, log_softmax, sum/mean, group_norm, losses: ops whose outputs
-//            overflow FP16 (exp), or that sum many terms (reductions, losses), run in FP32.
+//   Fp32     exp, log, pow, softmax, log_softmax, sum/mean, group_norm, losses, upsample: ops whose outputs
+//            overflow FP16 (exp) or sum many terms (reductions, losses) run in FP32; upsample as PyTorch's list.
 //   Promote  binary elementwise ops and cat: run in the widest floating input type.
 //   (absent) every other op runs in its inputs' type - batch_norm and instance_norm among them, as
 //            in PyTorch (neither is on its lists): an FP16 input gives an FP16 output, while the

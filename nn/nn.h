@@ -7,6 +7,7 @@
 #include "nn/conv3d.h"
 #include "nn/init.h"
 #include "nn/instance_norm.h"
-#include "nn/max_pool3d.h"
 #include "nn/module.h"
+#include "nn/pooling.h"
 #include "nn/unet3d.h"
+#include "nn/upsample.h"
