@@ -4,8 +4,9 @@
 // Inside an AutocastGuard every op asks `autocast_dtype(kind, input dtypes)` which dtype to run in:
 //   Lower    conv3d, conv_transpose3d, matmul, linear: FP16 operands, FP32 accumulation (Tensor Core
 //            ops, where FP16 doubles the throughput and halves the bytes).
-//   Fp32     exp, log, pow, softmax, log_softmax, sum/mean, group_norm, layer_norm, losses: ops whose outputs
-//            overflow FP16 (exp), or that sum many terms (reductions, losses), run in FP32.
+//   Fp32     exp, log, pow, softmax, log_softmax, sum/mean, group_norm, layer_norm, losses, upsample:
+//            ops whose outputs overflow FP16 (exp) or that sum many terms (reductions, losses) run in
+//            FP32; upsample because PyTorch's list has it.
 //   Promote  binary elementwise ops and cat: run in the widest floating input type.
 //   (absent) every other op runs in its inputs' type - batch_norm and instance_norm among them, as
 //            in PyTorch (neither is on its lists): an FP16 input gives an FP16 output, while the
@@ -75,42 +76,48 @@ enum class CastInputs : uint8_t {
 #define HALFGRAD_OP_TABLE(ROW)                                                                              \
   ROW(Conv3d, "conv3d", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                    \
   ROW(ConvTranspose3d, "conv_transpose3d", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation") \
-  ROW(Matmul, "matmul", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                    \
-  ROW(Linear, "linear", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                    \
-  ROW(Exp, "exp", Fp32, Floating, "exp overflows FP16 above x = 11.1")                                          \
-  ROW(Log, "log", Fp32, Floating, "log of FP16's small values loses most of their bits")                        \
-  ROW(Pow, "pow", Fp32, Floating, "powers overflow or underflow FP16")                                          \
-  ROW(Softmax, "softmax", Fp32, Floating, "a sum of exponentials")                                              \
-  ROW(LogSoftmax, "log_softmax", Fp32, Floating, "a sum of exponentials and a log")                             \
-  ROW(Sum, "sum", Fp32, Floating, "a reduction: FP16 sums of many terms lose the small ones")                   \
-  ROW(Mean, "mean", Fp32, Floating, "a reduction: FP16 sums of many terms lose the small ones")                 \
-  ROW(BatchNorm, "batch_norm", None, None, "input dtype out; FP32 statistics and buffers inside")               \
-  ROW(InstanceNorm, "instance_norm", None, None, "input dtype out; FP32 statistics inside")                     \
-  ROW(GroupNorm, "group_norm", Fp32, Floating, "PyTorch's fp32 list")                                           \
-  ROW(LayerNorm, "layer_norm", Fp32, Floating, "PyTorch's fp32 list: FP32 statistics and affine")               \
-  ROW(CrossEntropy, "cross_entropy", Fp32, First, "a loss: log-softmax and a mean over every voxel")            \
-  ROW(NllLoss, "nll_loss", Fp32, First, "a loss: a mean over every voxel")                                      \
-  ROW(DiceLoss, "dice_loss", Fp32, First, "a loss: softmax and sums over every voxel")                          \
-  ROW(MseLoss, "mse_loss", Fp32, First, "a loss: squares and a mean over every element")                        \
-  ROW(L1Loss, "l1_loss", Fp32, First, "a loss: a mean over every element")                                      \
+  ROW(Matmul, "matmul", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                   \
+  ROW(Linear, "linear", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                   \
+  ROW(Exp, "exp", Fp32, Floating, "exp overflows FP16 above x = 11.1")                                         \
+  ROW(Log, "log", Fp32, Floating, "log of FP16's small values loses most of their bits")                       \
+  ROW(Pow, "pow", Fp32, Floating, "powers overflow or underflow FP16")                                         \
+  ROW(Softmax, "softmax", Fp32, Floating, "a sum of exponentials")                                             \
+  ROW(LogSoftmax, "log_softmax", Fp32, Floating, "a sum of exponentials and a log")                            \
+  ROW(Sum, "sum", Fp32, Floating, "a reduction: FP16 sums of many terms lose the small ones")                  \
+  ROW(Mean, "mean", Fp32, Floating, "a reduction: FP16 sums of many terms lose the small ones")                \
+  ROW(BatchNorm, "batch_norm", None, None, "input dtype out; FP32 statistics and buffers inside")              \
+  ROW(InstanceNorm, "instance_norm", None, None, "input dtype out; FP32 statistics inside")                    \
+  ROW(GroupNorm, "group_norm", Fp32, Floating, "PyTorch's fp32 list")                                          \
+  ROW(LayerNorm, "layer_norm", Fp32, Floating, "PyTorch's fp32 list: FP32 statistics and affine")              \
+  ROW(CrossEntropy, "cross_entropy", Fp32, First, "a loss: log-softmax and a mean over every voxel")           \
+  ROW(NllLoss, "nll_loss", Fp32, First, "a loss: a mean over every voxel")                                     \
+  ROW(DiceLoss, "dice_loss", Fp32, First, "a loss: softmax and sums over every voxel")                         \
+  ROW(MseLoss, "mse_loss", Fp32, First, "a loss: squares and a mean over every element")                       \
+  ROW(L1Loss, "l1_loss", Fp32, First, "a loss: a mean over every element")                                     \
   ROW(BinaryCrossEntropyWithLogits, "binary_cross_entropy_with_logits", Fp32, First, "a loss: log1p(exp(-|x|)) and a mean") \
-  ROW(Upsample, "upsample", Fp32, Floating, "PyTorch's fp32 list (upsample_trilinear3d)")                       \
-  ROW(Add, "add", Promote, Floating, "binary: the widest input type")                                           \
-  ROW(Sub, "sub", Promote, Floating, "binary: the widest input type")                                           \
-  ROW(Mul, "mul", Promote, Floating, "binary: the widest input type")                                           \
-  ROW(Div, "div", Promote, Floating, "binary: the widest input type")                                           \
-  ROW(Cat, "cat", Promote, Floating, "joins tensors: the widest input type")                                    \
-  ROW(Relu, "relu", None, None, "exact in any dtype")                                                           \
-  ROW(LeakyRelu, "leaky_relu", None, None, "a multiply by a constant: no list")                                 \
-  ROW(Sigmoid, "sigmoid", None, None, "bounded output, computed in FP32 inside: no list, as PyTorch")           \
-  ROW(Tanh, "tanh", None, None, "bounded output, computed in FP32 inside: no list, as PyTorch")                 \
-  ROW(Silu, "silu", None, None, "computed in FP32 inside, rounded once: no list, as PyTorch")                   \
-  ROW(Gelu, "gelu", None, None, "computed in FP32 inside, rounded once: no list, as PyTorch")                   \
-  ROW(MaxPool3d, "max_pool3d", None, None, "exact in any dtype")                                                \
-  ROW(Dropout, "dropout", None, None, "a mask and one scale: no list, as PyTorch")                              \
-  ROW(Dropout3d, "dropout3d", None, None, "a channel mask and one scale: no list, as PyTorch")                  \
-  ROW(Flatten, "flatten", None, None, "moves no values (a reshape)")                                            \
-  ROW(Reshape, "reshape", None, None, "moves no values")                                                        \
+  ROW(Upsample, "upsample", Fp32, Floating, "PyTorch's fp32 list (upsample_trilinear3d, upsample_nearest3d)")  \
+  ROW(Add, "add", Promote, Floating, "binary: the widest input type")                                          \
+  ROW(Sub, "sub", Promote, Floating, "binary: the widest input type")                                          \
+  ROW(Mul, "mul", Promote, Floating, "binary: the widest input type")                                          \
+  ROW(Div, "div", Promote, Floating, "binary: the widest input type")                                          \
+  ROW(Cat, "cat", Promote, Floating, "joins tensors: the widest input type")                                   \
+  ROW(Relu, "relu", None, None, "exact in any dtype")                                                          \
+  ROW(LeakyRelu, "leaky_relu", None, None, "a multiply by a constant: no list")                                \
+  ROW(Sigmoid, "sigmoid", None, None, "bounded output, computed in FP32 inside: no list, as PyTorch")          \
+  ROW(Tanh, "tanh", None, None, "bounded output, computed in FP32 inside: no list, as PyTorch")                \
+  ROW(Silu, "silu", None, None, "computed in FP32 inside, rounded once: no list, as PyTorch")                  \
+  ROW(Gelu, "gelu", None, None, "computed in FP32 inside, rounded once: no list, as PyTorch")                  \
+  ROW(MaxPool3d, "max_pool3d", None, None, "exact in any dtype")                                               \
+  ROW(AvgPool3d, "avg_pool3d", None, None, "on no list, as PyTorch: window sums in FP32 inside, rounded once") \
+  ROW(AdaptiveAvgPool3d, "adaptive_avg_pool3d", None, None, "on no list, as PyTorch: FP32 sums inside")        \
+  ROW(Sqrt, "sqrt", None, None, "on no list, as PyTorch: computed in FP32 inside, rounded once")               \
+  ROW(Clamp, "clamp", None, None, "on no list, as PyTorch: picks values, exact in any dtype")                  \
+  ROW(Dropout, "dropout", None, None, "a mask and one scale: no list, as PyTorch")                             \
+  ROW(Dropout3d, "dropout3d", None, None, "a channel mask and one scale: no list, as PyTorch")                 \
+  ROW(Flatten, "flatten", None, None, "moves no values (a reshape)")                                           \
+  ROW(Reshape, "reshape", None, None, "moves no values")                                                       \
+  ROW(View, "view", None, None, "moves no values")                                                             \
+  ROW(Permute, "permute", None, None, "moves values, changes none (also transpose)")                           \
   ROW(Other, "other", None, None, "ops outside the table run in their inputs' type")
 
 enum class OpKind : uint8_t {

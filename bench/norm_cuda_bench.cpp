@@ -97,10 +97,10 @@ int main(int argc, char** argv) {
     const Tensor dy_pool = tiled_random({16, 32, 32, 32, 32}, dt, 3);
     const double yb = static_cast<double>(dy_pool.nbytes()), ib = 4.0 * static_cast<double>(dy_pool.numel());
     cuda::MaxPoolCudaForward pf;
-    report("max_pool3d k2 s2 forward (kernels)", dn, time_ms([&] { pf = cuda::max_pool3d_forward(x, 2, 2); }, iters),
+    report("max_pool3d k2 s2 forward (kernels)", dn, time_ms([&] { pf = cuda::max_pool3d_forward(x, {2, 2, 2}, {2, 2, 2}, {0, 0, 0}); }, iters),
            xb + yb + ib);
     report("max_pool3d k2 s2 backward (kernels)", dn,
-           time_ms([&] { cuda::max_pool3d_backward(dy_pool, pf.argmax.get(), s, dt, x.memory_format(), 2, 2); }, iters),
+           time_ms([&] { cuda::max_pool3d_backward(dy_pool, pf.argmax.get(), s, dt, x.memory_format(), {2, 2, 2}, {2, 2, 2}, {0, 0, 0}); }, iters),
            yb + ib + xb);
 
     // The ops through autograd: forward + backward, the leaf's .grad reset each time.

@@ -12,4 +12,6 @@
 #include "nn/linear.h"
 #include "nn/max_pool3d.h"
 #include "nn/module.h"
+#include "nn/pooling.h"
 #include "nn/unet3d.h"
+#include "nn/upsample.h"

@@ -1,6 +1,7 @@
 // pointwise_cpu.h - the CPU loops of the pointwise activations (activation.cpp, smooth.cpp): one
 // parallel, vectorisable pass in the compute type T (float for Float32 and Float16 - an FP32 copy,
-// rounded to half once at the end - or double for Float64). Internal to ops/activation/.
+// rounded to half once at the end - or double for Float64). Internal to ops/ (activation/ and
+// elementwise/sqrt_clamp.cpp use them).
 #pragma once
 #include "ops/common.h"
 

@@ -11,6 +11,7 @@
 // indices, kept in device memory, and a gather backward that sums in the same order.
 #include "ops/pool/max_pool3d.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -18,6 +19,7 @@
 
 #include "core/nvtx.h"
 #include "ops/common.h"
+#include "ops/pool/pool_shape.h"
 #ifdef HALFGRAD_CUDA
 #include "ops/pool/max_pool3d_cuda.h"
 #endif
@@ -57,35 +59,38 @@ void pool_row_k2s2(const T* xin, int64_t row, int64_t w, int64_t hw, int64_t ow,
 
 }  // namespace
 
-Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride) {
+Tensor max_pool3d(const Tensor& x, const ExpandingArray<3>& kernel, const ExpandingArray<3>& stride,
+                  const ExpandingArray<3>& padding) {
   NvtxRange nvtx_range("max_pool3d");
   check_floating_tensor("max_pool3d", "input", x);
   check_dim("max_pool3d", "input", x, 5, "(N, C, D, H, W)");
   const Shape& xs = x.shape();
-  HG_CHECK(kernel >= 1 && stride >= 1, "max_pool3d: kernel and stride must be >= 1, got kernel " << kernel
-                                           << ", stride " << stride << " for input " << shape_str(xs));
-  HG_CHECK(kernel <= xs[2] && kernel <= xs[3] && kernel <= xs[4],
-           "max_pool3d: window " << kernel << "^3 is larger than the input's spatial extents " << shape_str(xs));
+  detail::check_pool_args("max_pool3d", xs, kernel, stride, padding);
   const int64_t n = xs[0], c = xs[1], d = xs[2], h = xs[3], w = xs[4];
-  const int64_t od = (d - kernel) / stride + 1, oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
+  const int64_t od = detail::pool_output_size("max_pool3d", xs, 0, kernel[0], stride[0], padding[0], false);
+  const int64_t oh = detail::pool_output_size("max_pool3d", xs, 1, kernel[1], stride[1], padding[1], false);
+  const int64_t ow = detail::pool_output_size("max_pool3d", xs, 2, kernel[2], stride[2], padding[2], false);
   const int64_t in_vol = d * h * w, out_vol = od * oh * ow, planes = n * c;
   HG_CHECK(in_vol <= std::numeric_limits<int32_t>::max(),
            "max_pool3d: a plane of " << in_vol << " elements does not fit the 32-bit argmax indices");
+  const bool k2s2 = kernel == ExpandingArray<3>(2) && stride == ExpandingArray<3>(2) && padding == ExpandingArray<3>(0);
 
 #ifdef HALFGRAD_CUDA
   if (x.is_cuda()) {
-    cuda::MaxPoolCudaForward f = cuda::max_pool3d_forward(x, kernel, stride);
+    cuda::MaxPoolCudaForward f = cuda::max_pool3d_forward(x, kernel.array(), stride.array(), padding.array());
     return autograd::record("max_pool3d", f.y, {x}, {},
-                            [argmax = f.argmax, x_shape = xs, x_dtype = x.dtype(), format = x.memory_format(), kernel,
-                             stride](const Tensor& gy) -> std::vector<Tensor> {
-                              return {cuda::max_pool3d_backward(gy, argmax.get(), x_shape, x_dtype, format, kernel,
-                                                                stride)};
+                            [argmax = f.argmax, x_shape = xs, x_dtype = x.dtype(), format = x.memory_format(),
+                             k = kernel.array(), s = stride.array(), p = padding.array()](const Tensor& gy) -> std::vector<Tensor> {
+                              return {cuda::max_pool3d_backward(gy, argmax.get(), x_shape, x_dtype, format, k, s, p)};
                             });
   }
 #endif
   const Tensor cx = to_compute(x);
   Tensor y = Tensor::empty({n, c, od, oh, ow}, cx.dtype());
   auto argmax = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(planes * out_vol));
+  const int64_t kd = kernel[0], kh = kernel[1], kw = kernel[2];
+  const int64_t sd = stride[0], sh = stride[1], sw = stride[2];
+  const int64_t pd = padding[0], ph = padding[1], pw = padding[2];
   dispatch_compute(cx.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = cx.data<T>();
@@ -99,17 +104,22 @@ Tensor max_pool3d(const Tensor& x, int64_t kernel, int64_t stride) {
       for (int64_t z = 0; z < od; ++z)
         for (int64_t yy = 0; yy < oh; ++yy) {
           const int64_t o = (z * oh + yy) * ow;
-          if (kernel == 2 && stride == 2) {
+          if (k2s2) {
             pool_row_k2s2(xin, (2 * z * h + 2 * yy) * w, w, h * w, ow, yo + o, io + o);
             continue;
           }
+          // The window clipped to the input (padding is -inf, never the maximum of a window that
+          // holds an input element; padding <= kernel / 2 makes every window hold one).
+          const int64_t z0 = std::max<int64_t>(z * sd - pd, 0), z1 = std::min(z * sd - pd + kd, d);
+          const int64_t y0 = std::max<int64_t>(yy * sh - ph, 0), y1 = std::min(yy * sh - ph + kh, h);
           for (int64_t xx = 0; xx < ow; ++xx) {
-            int64_t best_i = (z * stride * h + yy * stride) * w + xx * stride;
+            const int64_t x0 = std::max<int64_t>(xx * sw - pw, 0), x1 = std::min(xx * sw - pw + kw, w);
+            int64_t best_i = (z0 * h + y0) * w + x0;
             T best = xin[best_i];
-            for (int64_t i = 0; i < kernel; ++i)
-              for (int64_t j = 0; j < kernel; ++j) {
-                const int64_t row = ((z * stride + i) * h + yy * stride + j) * w + xx * stride;
-                for (int64_t l = 0; l < kernel; ++l) take(xin[row + l], row + l, best, best_i);
+            for (int64_t i = z0; i < z1; ++i)
+              for (int64_t j = y0; j < y1; ++j) {
+                const int64_t row = (i * h + j) * w;
+                for (int64_t l = x0; l < x1; ++l) take(xin[row + l], row + l, best, best_i);
               }
             yo[o + xx] = best;
             io[o + xx] = static_cast<int32_t>(best_i);

@@ -1,5 +1,12 @@
-// shape_cuda.cu - one_hot on CUDA (launcher declared in shape_cuda.h).
+// shape_cuda.cu - one_hot and permute on CUDA (launchers declared in shape_cuda.h).
 //
+// permute: y[j_0, .., j_{n-1}] = x[i] with i_{dims[k]} = j_k; x and y contiguous, any element size
+// (2, 4 or 8 bytes: moved as that unsigned integer, exact). One thread per output element in a
+// grid-stride loop: writes coalesced, reads strided (gathered through L2); the output index is
+// peeled into its coordinates innermost first and each adds coordinate * (x's stride of that dim).
+// Memory-bound: 2 element sizes per element moved.
+//
+// one_hot:
 // Math: y[n, c, s] = (labels[n, s] == c) ? 1 : 0; not differentiable.
 // Shapes and layout: labels int64 (N, S) (S = the product of the spatial extents), contiguous;
 // y (N, C, S) contiguous (NCDHW for volumes), float32 or float16.
@@ -14,6 +21,27 @@
 
 namespace halfgrad::cuda {
 namespace {
+
+constexpr int kMaxDims = 8;  // core/tensor.h: shapes have at most 8 dimensions
+
+struct PermuteGeo {
+  int nd;
+  int64_t out_extent[kMaxDims];  // y's extents
+  int64_t in_stride[kMaxDims];   // x's stride of the dim that y's dim k reads (x.stride(dims[k]))
+};
+
+template <typename E>
+__global__ void permute_kernel(const E* __restrict__ x, E* __restrict__ y, PermuteGeo g, int64_t total) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x) {
+    int64_t t = o, off = 0;
+    for (int k = g.nd - 1; k >= 0; --k) {
+      const int64_t j = t % g.out_extent[k];
+      t /= g.out_extent[k];
+      off += j * g.in_stride[k];
+    }
+    y[o] = x[off];
+  }
+}
 
 template <typename T>
 __global__ void one_hot_kernel(const int64_t* __restrict__ labels, T* __restrict__ y, int64_t N, int64_t C, int64_t S,
@@ -61,6 +89,47 @@ Tensor one_hot(const Tensor& labels_in, int64_t num_classes, Dtype dtype) {
     copy_d2h(&value, labels.data<int64_t>() + bad, sizeof(value));
     HG_CHECK(false, "one_hot: label " << value << " at flat index " << bad << " is outside [0, " << num_classes << ")");
   }
+  return y;
+}
+
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
+  HG_CHECK(x.defined() && x.is_cuda() && !x.is_channels_last() && x.dim() <= kMaxDims &&
+               static_cast<int64_t>(dims.size()) == x.dim(),
+           "permute: the CUDA kernel takes a contiguous CUDA tensor of at most 8 dims and one dim index per dim");
+  const Shape& xs = x.shape();
+  PermuteGeo g{};
+  g.nd = static_cast<int>(x.dim());
+  int64_t stride[kMaxDims];
+  int64_t st = 1;
+  for (int i = g.nd - 1; i >= 0; --i) {
+    stride[i] = st;
+    st *= xs[i];
+  }
+  Shape ys(x.dim());
+  for (int k = 0; k < g.nd; ++k) {
+    ys[k] = xs[dims[k]];
+    g.out_extent[k] = ys[k];
+    g.in_stride[k] = stride[dims[k]];
+  }
+  Tensor y = Tensor::empty(ys, x.dtype(), Device::CUDA);
+  if (y.numel() == 0) return y;
+  const unsigned blocks = grid_for(y.numel());
+  switch (dtype_size(x.dtype())) {
+    case 2:
+      permute_kernel<uint16_t><<<blocks, 256, 0, stream()>>>(static_cast<const uint16_t*>(x.raw_data()),
+                                                             static_cast<uint16_t*>(y.raw_data()), g, y.numel());
+      break;
+    case 4:
+      permute_kernel<uint32_t><<<blocks, 256, 0, stream()>>>(static_cast<const uint32_t*>(x.raw_data()),
+                                                             static_cast<uint32_t*>(y.raw_data()), g, y.numel());
+      break;
+    case 8:
+      permute_kernel<uint64_t><<<blocks, 256, 0, stream()>>>(static_cast<const uint64_t*>(x.raw_data()),
+                                                             static_cast<uint64_t*>(y.raw_data()), g, y.numel());
+      break;
+    default: HG_FAIL("permute: unsupported element size " << dtype_size(x.dtype()));
+  }
+  HG_CUDA_LAUNCH_CHECK("permute");
   return y;
 }
 

@@ -1,5 +1,6 @@
-// max_pool3d (ops/pool/): float64 gradchecks, PyTorch golden values (tests/golden/pool.json, from
-// `/usr/bin/python3 tools/golden/make_golden.py`), float16, ties, and the errors of max_pool3d.h.
+// max_pool3d (ops/pool/): float64 gradchecks (cubic, per-axis and padded windows), PyTorch golden
+// values (the max_pool3d cases of tests/golden/pool.json, from `/usr/bin/python3
+// tools/golden/make_golden.py pool`), float16, ties, padding as -inf, and the errors of max_pool3d.h.
 #include <doctest/doctest.h>
 
 #include "tests/check_error.h"
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "ops/pool/max_pool3d.h"
 #include "tests/golden.h"
+#include "tests/ops/pool_cases.h"
 
 using namespace halfgrad;
 using namespace halfgrad::testing;
@@ -38,19 +40,57 @@ TEST_CASE("ops: max_pool3d float64 NCDHW gradcheck (small shapes)") {
   }
 }
 
-TEST_CASE("ops: max_pool3d float32 NCDHW matches PyTorch golden values (pool.json)") {
+TEST_CASE("ops: max_pool3d float64 NCDHW gradcheck, per-axis windows and padding") {
+  struct Case {
+    Shape x;
+    ExpandingArray<3> k, s, p;
+  };
+  const std::vector<Case> cases = {
+      {{1, 2, 3, 4, 6}, {1, 2, 2}, {1, 2, 2}, 0},  // nnU-Net's in-plane-only pooling
+      {{1, 2, 5, 6, 5}, 3, 2, 1},                  // padded, overlapping
+      {{2, 1, 4, 7, 6}, {1, 3, 2}, {1, 2, 1}, {0, 1, 1}},
+      {{1, 1, 3, 3, 4}, {2, 3, 2}, 1, {1, 1, 0}},  // stride 1 with padding
+  };
+  for (const Case& c : cases) {
+    SUBCASE(("x " + shape_str(c.x) + " k" + c.k.str() + " s" + c.s.str() + " p" + c.p.str()).c_str()) {
+      Generator g(22);
+      Tensor x = Tensor::randn(c.x, g, kFloat64).set_requires_grad(true);
+      auto r = autograd::gradcheck(
+          [&](const std::vector<Tensor>& in) { return ops::max_pool3d(in[0], c.k, c.s, c.p); }, {x});
+      CHECK_MESSAGE(r.ok, r.report);
+    }
+  }
+}
+
+TEST_CASE("ops: max_pool3d float32 / float64 NCDHW matches PyTorch golden values (pool.json max_pool3d cases)") {
   const GoldenFile file = load_golden("pool.json");
+  int checked = 0;
   for (const std::string& name : file.case_names()) {
+    if (file.at(name).op() != "max_pool3d") continue;
+    ++checked;
     SUBCASE(name.c_str()) {
       const GoldenCase c = file.at(name);
       const Dtype dt = golden_dtype(c.params().at("dtype").get<std::string>());
       Tensor x = c.input("x", dt).set_requires_grad(true);
-      Tensor y = ops::max_pool3d(x, c.param<int64_t>("kernel"), c.param<int64_t>("stride"));
+      Tensor y = run_pool_case(c, x);
       y.backward(c.input("gy", dt));
       check_close(y, c.output("y", dt), 0, 0, c.where() + " y");  // a max is exact
       check_close(x.grad(), c.grad("x", dt), tolerance_for(dt), c.where() + " dx");
     }
   }
+  CHECK(checked == 6);  // the two cubic cases, three per-axis / padded ones and one float64 twin
+}
+
+TEST_CASE("ops: max_pool3d float32 NCDHW [1, 1, 1, 2, 3] padding counts as -inf, never the maximum") {
+  // Every value negative: a zero padding would win; -inf padding never does.
+  Tensor x = Tensor::from_vector(std::vector<float>{-6, -5, -4, -3, -2, -1}, {1, 1, 1, 2, 3}).set_requires_grad(true);
+  Tensor y = ops::max_pool3d(x, {1, 2, 2}, 1, {0, 1, 1});  // output (1, 3, 4)
+  CHECK(y.shape() == Shape{1, 1, 1, 3, 4});
+  const std::vector<float> want = {-6, -5, -4, -4, -3, -2, -1, -1, -3, -2, -1, -1};
+  CHECK(y.to_float_vector() == want);
+  y.backward(Tensor::ones(y.shape()));
+  // dx counts how many windows chose each element.
+  CHECK(x.grad().to_float_vector() == std::vector<float>{1, 1, 2, 2, 2, 4});
 }
 
 TEST_CASE("ops: max_pool3d float16 NCDHW [2, 3, 6, 5, 7] k2 s2 equals float32 on the same values") {
@@ -90,6 +130,10 @@ TEST_CASE("ops: max_pool3d errors name the op and the shapes") {
   SUBCASE("kernel or stride < 1") {
     check_error([&] { ops::max_pool3d(x, 0, 2); }, {"max_pool3d", "kernel", "[2, 3, 4, 4, 4]"});
     check_error([&] { ops::max_pool3d(x, 2, 0); }, {"max_pool3d", "stride", "[2, 3, 4, 4, 4]"});
+  }
+  SUBCASE("padding above kernel / 2") {
+    check_error([&] { ops::max_pool3d(x, 2, 2, 2); }, {"max_pool3d", "padding", "kernel_size / 2"});
+    check_error([&] { ops::max_pool3d(x, {1, 3, 3}, 1, {1, 1, 1}); }, {"max_pool3d", "padding 1", "(1, 3, 3)"});
   }
   SUBCASE("window larger than the input") {
     check_error([&] { ops::max_pool3d(Tensor::zeros({2, 3, 4, 1, 4}), 2, 2); }, {"max_pool3d", "[2, 3, 4, 1, 4]"});
