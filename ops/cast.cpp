@@ -8,7 +8,8 @@
 //
 // ops::autocast_cast is the same cast with the weight-cast cache in front (amp/autocast.h says why the
 // cache keeps only tensors and this op makes them): within one enabled autocast region an FP32 leaf
-// weight is converted to FP16 once, and every op that reads it gets that one FP16 tensor.
+// weight is converted to the region's lower dtype (FP16 or BF16) once, and every op that reads it gets
+// that one tensor.
 #include "amp/cast_stats.h"
 #include "ops/common.h"
 
@@ -26,7 +27,7 @@ Tensor autocast_cast(const Tensor& x, Dtype dt) {
                          dt == amp::autocast_lower_dtype() && x.dtype() == kFloat32 && x.is_leaf() &&
                          x.requires_grad();
   if (!cacheable) return x.to(dt);
-  const Tensor hit = amp::cast_cache_lookup(x);
+  const Tensor hit = amp::cast_cache_lookup(x, dt);
   // A backward inside the region (without retain_graph) frees the cast's node; then cast again.
   if (hit.defined() && hit.grad_fn() && !hit.grad_fn()->freed) return hit;
   Tensor y = x.to(dt);
