@@ -1,9 +1,9 @@
 // cast.cpp - the differentiable conversions: Tensor::to(dtype), to(Device), to(MemoryFormat).
 //   to(Device):        y = x on the other device;      dx = dy moved back.
 //   to(MemoryFormat):  y = x with the other layout;    dx = dy converted back to x's layout.
-//   forward:  y = round_to(dtype, x)      (half: round to nearest even, >= 65520 -> inf)
+//   forward:  y = round_to(dtype, x)      (half / bfloat16: round to nearest even; half: >= 65520 -> inf)
 //   backward: dx = convert(dy, x.dtype)   (the cast's Jacobian is the identity)
-// Under autocast the FP16 copies of FP32 weights are made by this op, so the weights' gradients come
+// Under autocast the FP16 (or BF16) copies of FP32 weights are made by this op, so the weights' gradients come
 // back through it in FP32 (the master copy's dtype).
 //
 // ops::autocast_cast is the same cast with the weight-cast cache in front (amp/autocast.h says why the

@@ -15,8 +15,8 @@
 //   general                   the output index is split into coordinates over at most kMaxDims
 //                             (merged) dims, each operand's offset is the dot product with its
 //                             strides (0 along broadcast dims).
-// Precision: FP16 loads are widened to FP32, the math is FP32, the result is rounded once
-// (__float2half_rn). exp/log/pow are CUDA's single-precision expf/logf/powf (within 2 ulp of the
+// Precision: FP16 / BF16 loads are widened to FP32, the math is FP32, the result is rounded once
+// (__float2half_rn / __float2bfloat16_rn). exp/log/pow are CUDA's single-precision expf/logf/powf (within 2 ulp of the
 // CPU's std:: functions, far below one FP16 rounding).
 #include <algorithm>
 #include <type_traits>

@@ -32,10 +32,11 @@ struct GemmArgs {
   void* C;
   int64_t ldc;
   bool c_half;        // C is 16-bit (FP16, or BF16 when bf16) rather than FP32
-  bool bf16 = false;  // A, B (and a 16-bit C) hold bfloat16 bit patterns instead of FP16 ones
   float alpha = 1;
   float beta = 0;
   const char* op = "gemm";
+  bool bf16 = false;  // A, B (and a 16-bit C) hold bfloat16 bit patterns instead of FP16 ones (last:
+                      // callers fill the fields above positionally)
 };
 
 /// C (M x N, row-major) = alpha * op(A) * op(B) + beta * C, FP16 (or, with args.bf16, BF16) operands,

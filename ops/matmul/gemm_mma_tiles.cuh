@@ -187,9 +187,9 @@ struct Epilogue {
   int64_t ldc;
   float alpha, beta;
   bool c_half;   // C is 16-bit: FP16, or BF16 when c_bf16
-  bool c_bf16 = false;
   bool pair_ok;  // ldc even, C aligned to 2 elements: store_pair writes one 8- or 4-byte vector
   bool quad_ok;  // ldc % 4 == 0, C aligned to 4 elements: store_quad writes one 16- or 8-byte vector
+  bool c_bf16 = false;  // last, so that the benches' positional {C, ldc, alpha, beta, c_half, pair, quad} still fit
 };
 
 // The two 16-bit output types, as bits: a pair packs element 0 into the low half (little-endian,

@@ -47,9 +47,11 @@ TEST_CASE("optim: AdamW and SGD update a bf16 parameter through an FP32 master: 
       CHECK(pb.dtype() == kBFloat16);
       CHECK(same_bits(pb, pf.cast_copy(kBFloat16)));
     }
-    // 5 steps of lr 1e-3 moved 1.0 by less than bf16's spacing there (2^-7): only the master holds it.
-    CHECK(pb.item_at(0) == 1.0);
-    CHECK(pf.item_at(0) != 1.0);
+    // The FP32 run (= the master) holds bits the bf16 parameter cannot: updates of ~1e-3 are below
+    // bf16's spacing near 1 (2^-8 below, 2^-7 above), which is why the master exists.
+    int64_t differ = 0;
+    for (int64_t i = 0; i < pb.numel(); ++i) differ += pb.item_at(i) != pf.item_at(i);
+    CHECK(differ > 0);
 
     // The state (FP32 master, FP32 moments) round-trips through state_dict into a fresh optimizer.
     Tensor pc = Tensor::from_vector(kInit, {5}, kBFloat16).set_requires_grad(true);
