@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <ios>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "core/bfloat16.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 using namespace halfgrad;

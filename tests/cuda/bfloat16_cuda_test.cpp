@@ -8,6 +8,7 @@
 // case, whose input receives two gradients.)
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <limits>
 #include <random>
 
