@@ -4,7 +4,8 @@
 
 #include "amp/cast_stats.h"
 #include <sstream>
-#include <unordered_map>
+#include <map>
+#include <utility>
 
 #include "core/error.h"
 
@@ -13,7 +14,7 @@ namespace halfgrad::amp {
 namespace {
 struct CacheEntry {
   Tensor source;  // keeps the key's TensorImpl alive, so its address names it until the entry goes
-  Tensor cast;    // its FP16 copy, made by the differentiable cast (carries the tape node)
+  Tensor cast;    // its FP16 / BF16 copy, made by the differentiable cast (carries the tape node)
   const Storage* source_storage;  // source's buffer and its version when cast: a later in-place write
   uint64_t source_version;        // (optimizer step, fill_, copy_from) or a storage swap makes the copy stale
 };
@@ -21,9 +22,11 @@ struct CacheEntry {
 struct ThreadState {
   bool enabled = false;
   bool cache_enabled = true;
+  Dtype lower = kFloat16;  // the innermost guard's AutocastOptions::dtype
   int enabled_depth = 0;  // enabled AutocastGuards open on this thread; the cache empties at 0
   std::array<bool, static_cast<size_t>(OpKind::kCount)> force_fp32{};
-  std::unordered_map<const TensorImpl*, CacheEntry> cast_cache;
+  // Keyed by the source weight and the target dtype (nested FP16 and BF16 regions keep both copies).
+  std::map<std::pair<const TensorImpl*, Dtype>, CacheEntry> cast_cache;
 };
 thread_local ThreadState t_state;
 }  // namespace
@@ -69,8 +72,15 @@ Dtype autocast_lower_dtype() {
 #if defined(HALFGRAD_FORCE_FP32)
   return kFloat32;
 #else
-  return kFloat16;
+  return t_state.lower;
 #endif
+}
+
+AutocastOptions& AutocastOptions::dtype(Dtype d) {
+  HG_CHECK(is_reduced_float(d), "AutocastOptions::dtype: autocast runs its Lower ops in float16 or bfloat16, got "
+                                    << dtype_name(d) << " (for an FP32 region use AutocastOptions().enabled(false))");
+  dtype_ = d;
+  return *this;
 }
 
 Dtype autocast_dtype(OpKind kind, std::initializer_list<Dtype> input_dtypes) {
@@ -96,15 +106,22 @@ Dtype autocast_dtype(OpKind kind, std::initializer_list<Dtype> input_dtypes) {
 }
 
 AutocastGuard::AutocastGuard(bool enabled, bool cache_enabled)
-    : prev_enabled_(t_state.enabled), prev_cache_enabled_(t_state.cache_enabled), counted_(enabled) {
+    : prev_enabled_(t_state.enabled), prev_cache_enabled_(t_state.cache_enabled), prev_lower_(t_state.lower),
+      counted_(enabled) {
   t_state.enabled = enabled;
   t_state.cache_enabled = cache_enabled;
   if (counted_) ++t_state.enabled_depth;
 }
 
+AutocastGuard::AutocastGuard(const AutocastOptions& options)
+    : AutocastGuard(options.enabled(), options.cache_enabled()) {
+  t_state.lower = options.dtype();
+}
+
 AutocastGuard::~AutocastGuard() {
   t_state.enabled = prev_enabled_;
   t_state.cache_enabled = prev_cache_enabled_;
+  t_state.lower = prev_lower_;
   if (counted_ && --t_state.enabled_depth == 0) t_state.cast_cache.clear();
 }
 
@@ -116,8 +133,8 @@ bool set_op_fp32(OpKind kind, bool fp32) {
 
 bool cast_cache_enabled() { return t_state.enabled && t_state.cache_enabled; }
 
-Tensor cast_cache_lookup(const Tensor& source) {
-  auto it = t_state.cast_cache.find(source.impl());
+Tensor cast_cache_lookup(const Tensor& source, Dtype dt) {
+  auto it = t_state.cast_cache.find({source.impl(), dt});
   if (it == t_state.cast_cache.end()) return Tensor();
   const CacheEntry& e = it->second;
   if (e.source_storage != source.impl()->storage.get() || e.source_version != source.version()) {
@@ -130,7 +147,7 @@ Tensor cast_cache_lookup(const Tensor& source) {
 void cast_cache_insert(const Tensor& source, const Tensor& cast) {
   HG_CHECK(t_state.enabled_depth > 0, "amp::cast_cache_insert: called outside an enabled AutocastGuard; "
                                       "the entry would never be cleared");
-  t_state.cast_cache[source.impl()] = CacheEntry{source, cast, source.impl()->storage.get(), source.version()};
+  t_state.cast_cache[{source.impl(), cast.dtype()}] = CacheEntry{source, cast, source.impl()->storage.get(), source.version()};
 }
 
 size_t cast_cache_size() { return t_state.cast_cache.size(); }

@@ -2,11 +2,13 @@
 // state.
 //
 // Inside an AutocastGuard every op asks `autocast_dtype(kind, input dtypes)` which dtype to run in:
-//   Lower    conv3d, conv_transpose3d, matmul, linear: FP16 operands, FP32 accumulation (Tensor Core
-//            ops, where FP16 doubles the throughput and halves the bytes).
+//   Lower    conv3d, conv_transpose3d, matmul, linear: operands in the region's lower dtype (FP16 by
+//            default, BF16 with AutocastOptions().dtype(kBFloat16)), FP32 accumulation (Tensor Core
+//            ops, where 16-bit operands double the throughput and halve the bytes).
 //   Fp32     exp, log, pow, softmax, log_softmax, sum/mean, group_norm, layer_norm, losses, upsample:
 //            ops whose outputs overflow FP16 (exp) or that sum many terms (reductions, losses) run in
-//            FP32; upsample because PyTorch's list has it.
+//            FP32; upsample because PyTorch's list has it. PyTorch keeps the same list for BF16 (its
+//            8-bit mantissa loses even more of a long sum).
 //   Promote  binary elementwise ops and cat: run in the widest floating input type.
 //   (absent) every other op runs in its inputs' type - batch_norm and instance_norm among them, as
 //            in PyTorch (neither is on its lists): an FP16 input gives an FP16 output, while the
@@ -16,16 +18,23 @@
 // This mirrors PyTorch's CUDA autocast lists (torch/csrc/autograd/autocast_mode.cpp, "lower_precision_fp",
 // "fp32", "promote") for the ops halfgrad has.
 //
+// The lower dtype (PyTorch's autocast `dtype`): FP16, or BF16 - FP32's exponent range with an 8-bit
+// mantissa, so no loss scaling is needed (amp/grad_scaler.h), at a coarser rounding. A region picks
+// it with AutocastGuard(AutocastOptions().dtype(kBFloat16)); ops read it through
+// autocast_lower_dtype(), and a nested guard may change it (the outer one comes back at its exit).
+//
 // The state is per thread, as in PyTorch: a guard on one thread does not change another's ops.
 // Outside any guard (or with enabled=false) ops run in their inputs' types. Guards nest: an inner
 // AutocastGuard(false) inside an enabled region runs its ops in their inputs' types and the outer
 // state comes back when it closes (an FP32 region; nn::Module::set_autocast_fp32 uses one).
 //
 // The weight-cast cache (PyTorch's autocast cache, aten/src/ATen/autocast_mode.cpp `cached_casts`):
-// a model's FP32 weights are cast to FP16 by every op that reads them, and a weight read twice in one
+// a model's FP32 weights are cast to FP16 (or BF16) by every op that reads them, and a weight read twice in one
 // forward (a shared layer, or a weight used by a forward and a second forward for a consistency loss)
 // would be converted, and stored, twice. Within the outermost *enabled* AutocastGuard each FP32 leaf
-// tensor that requires grad is cast to FP16 once; later casts of it reuse that FP16 tensor, and its
+// tensor that requires grad is cast to the lower dtype once; later casts to that dtype reuse it (the
+// cache is keyed by the weight and the target dtype, so an inner BF16 region in an FP16 one does not
+// get the FP16 copy), and its
 // backward sums the gradients of every use into the one FP32 weight. The cache is emptied when the
 // outermost enabled guard closes (so the next iteration, after optimizer.step(), casts the updated
 // weights afresh). PyTorch's cache assumes the weights do not change inside the region, and serves a
@@ -41,7 +50,7 @@
 // halfgrad_autocast links only core), because every op and the tape itself ask it for dtypes. It can
 // therefore not make the differentiable cast itself, nor look at a tensor's grad_fn or at grad mode.
 // The cast belongs to ops (ops::autocast_cast in ops/common.h, defined in ops/cast.cpp): that op
-// decides whether a cast may be cached (grad mode on, FP32 leaf with requires_grad, target FP16, an
+// decides whether a cast may be cached (grad mode on, FP32 leaf with requires_grad, target the lower dtype, an
 // enabled region, the cache enabled), asks cast_cache_lookup, and on a miss casts with Tensor::to and
 // hands the result to cast_cache_insert. This file only keeps the per-thread table and empties it.
 #pragma once
@@ -74,17 +83,17 @@ enum class CastInputs : uint8_t {
 // (ops/norm/norm.h). group_norm and layer_norm are on PyTorch's fp32 list: an FP16 input is cast up
 // and the output is FP32.
 #define HALFGRAD_OP_TABLE(ROW)                                                                              \
-  ROW(Conv3d, "conv3d", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                    \
-  ROW(ConvTranspose3d, "conv_transpose3d", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation") \
-  ROW(Matmul, "matmul", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                   \
-  ROW(Linear, "linear", Lower, Floating, "Tensor Core op: FP16 operands, FP32 accumulation")                   \
+  ROW(Conv3d, "conv3d", Lower, Floating, "Tensor Core op: FP16/BF16 operands, FP32 accumulation")              \
+  ROW(ConvTranspose3d, "conv_transpose3d", Lower, Floating, "Tensor Core op: FP16/BF16 operands, FP32 accumulation") \
+  ROW(Matmul, "matmul", Lower, Floating, "Tensor Core op: FP16/BF16 operands, FP32 accumulation")              \
+  ROW(Linear, "linear", Lower, Floating, "Tensor Core op: FP16/BF16 operands, FP32 accumulation")              \
   ROW(Exp, "exp", Fp32, Floating, "exp overflows FP16 above x = 11.1")                                         \
   ROW(Log, "log", Fp32, Floating, "log of FP16's small values loses most of their bits")                       \
   ROW(Pow, "pow", Fp32, Floating, "powers overflow or underflow FP16")                                         \
   ROW(Softmax, "softmax", Fp32, Floating, "a sum of exponentials")                                             \
   ROW(LogSoftmax, "log_softmax", Fp32, Floating, "a sum of exponentials and a log")                            \
-  ROW(Sum, "sum", Fp32, Floating, "a reduction: FP16 sums of many terms lose the small ones")                  \
-  ROW(Mean, "mean", Fp32, Floating, "a reduction: FP16 sums of many terms lose the small ones")                \
+  ROW(Sum, "sum", Fp32, Floating, "a reduction: 16-bit sums of many terms lose the small ones")                \
+  ROW(Mean, "mean", Fp32, Floating, "a reduction: 16-bit sums of many terms lose the small ones")              \
   ROW(BatchNorm, "batch_norm", None, None, "input dtype out; FP32 statistics and buffers inside")              \
   ROW(InstanceNorm, "instance_norm", None, None, "input dtype out; FP32 statistics inside")                    \
   ROW(GroupNorm, "group_norm", Fp32, Floating, "PyTorch's fp32 list")                                          \
@@ -164,22 +173,45 @@ const char* cast_policy_name(CastPolicy p);
 
 /// Is autocast active on this thread (inside an enabled guard, and not inside an FP32 region)?
 bool autocast_enabled();
-/// The lower-precision dtype autocast uses: Float16, or Float32 in a HALFGRAD_FORCE_FP32 build (the
-/// one switch that runs every op in FP32, for bisecting a numerical problem; apply_opt_level's O2/O3
-/// keep FP32 weights then too, amp/opt_level.h).
+/// The lower-precision dtype autocast uses on this thread: the innermost guard's
+/// AutocastOptions::dtype (Float16 outside any guard, and for the plain AutocastGuard constructor), or
+/// Float32 in a HALFGRAD_FORCE_FP32 build (the one switch that runs every op in FP32, for bisecting a
+/// numerical problem; apply_opt_level's O2/O3 keep FP32 weights then too, amp/opt_level.h).
 Dtype autocast_lower_dtype();
 
 /// The dtype an op of `kind` with floating inputs of `input_dtypes` runs in on this thread.
 /// Outside autocast: the promoted type of the inputs (the inputs' own type for unary ops).
 Dtype autocast_dtype(OpKind kind, std::initializer_list<Dtype> input_dtypes);
 
+/// The options of an autocast region, as torch.autocast's keyword arguments (dtype, enabled,
+/// cache_enabled), with chainable setters and same-name getters (libtorch style).
+class AutocastOptions {
+ public:
+  /// The lower dtype: kFloat16 (default) or kBFloat16; any other dtype throws halfgrad::Error (PyTorch's
+  /// CUDA autocast takes only these two).
+  AutocastOptions& dtype(Dtype d);
+  Dtype dtype() const { return dtype_; }
+  AutocastOptions& enabled(bool b) { enabled_ = b; return *this; }
+  bool enabled() const { return enabled_; }
+  AutocastOptions& cache_enabled(bool b) { cache_enabled_ = b; return *this; }
+  bool cache_enabled() const { return cache_enabled_; }
+
+ private:
+  Dtype dtype_ = kFloat16;
+  bool enabled_ = true;
+  bool cache_enabled_ = true;
+};
+
 /// RAII: enable (or disable) autocast for this thread within its scope; restores the outer state on
-/// exit, so regions nest. As torch.autocast(device_type, dtype=torch.float16, enabled=...,
-/// cache_enabled=...). `cache_enabled` turns the weight-cast cache on or off inside this guard's scope
-/// (restored on exit). When the outermost enabled guard of this thread closes, the cache is emptied.
+/// exit, so regions nest. As torch.autocast(device_type, dtype=..., enabled=..., cache_enabled=...).
+/// `cache_enabled` turns the weight-cast cache on or off inside this guard's scope (restored on exit).
+/// When the outermost enabled guard of this thread closes, the cache is emptied. The bool constructor
+/// keeps the enclosing region's lower dtype (FP16 outside any guard); the options constructor sets it
+/// for its scope (also when disabled, as torch.autocast stores its dtype either way).
 class AutocastGuard {
  public:
   explicit AutocastGuard(bool enabled = true, bool cache_enabled = true);
+  explicit AutocastGuard(const AutocastOptions& options);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
@@ -187,6 +219,7 @@ class AutocastGuard {
  private:
   bool prev_enabled_;
   bool prev_cache_enabled_;
+  Dtype prev_lower_;
   bool counted_;  // this guard is an enabled region (counted in the thread's enabled depth)
 };
 
@@ -199,11 +232,12 @@ bool set_op_fp32(OpKind kind, bool fp32);
 /// Whether a cast made now may be cached: autocast is enabled on this thread and the innermost guard
 /// did not turn the cache off. (Grad mode and the tensor's kind are checked by the op, above us.)
 bool cast_cache_enabled();
-/// The FP16 copy cached for `source` in this thread's current region, or an undefined Tensor; also
+/// The copy of `source` in dtype `dt` (by default the region's lower dtype, autocast_lower_dtype())
+/// cached in this thread's current region, or an undefined Tensor; also
 /// undefined (and the entry dropped) when `source` was written in place since it was cast (its
-/// version, core/tensor.h, or its storage changed), so a stale FP16 copy is never served.
-Tensor cast_cache_lookup(const Tensor& source);
-/// Remember `cast` as the FP16 copy of `source` (replacing an older entry). The entry holds both
+/// version, core/tensor.h, or its storage changed), so a stale copy is never served.
+Tensor cast_cache_lookup(const Tensor& source, Dtype dt = autocast_lower_dtype());
+/// Remember `cast` as the copy of `source` in cast.dtype() (replacing an older entry of that dtype). The entry holds both
 /// handles, so `source`'s address cannot be reused by another tensor while it is cached. Throws
 /// halfgrad::Error when called outside an enabled region (nothing would ever empty the entry).
 void cast_cache_insert(const Tensor& source, const Tensor& cast);

@@ -7,8 +7,8 @@ namespace halfgrad::amp {
 
 namespace {
 
-constexpr size_t kDtypes = 4;  // Float32, Float16, Float64, Int64: the Dtype enum's values
-static_assert(static_cast<size_t>(Dtype::Int64) + 1 == kDtypes, "one row per Dtype");
+constexpr size_t kDtypes = kNumDtypes;  // indexed by the Dtype enum's values (core/dtype.h)
+static_assert(static_cast<size_t>(Dtype::BFloat16) + 1 == kDtypes, "one row per Dtype");
 
 struct Counters {
   bool enabled = false;

@@ -33,7 +33,7 @@ void check_floating_tensor(const char* fn, const Tensor& t) {
                                       << shape_str(t.shape()));
 }
 
-// Every element of a floating tensor as double (FP16 decoded exactly), without a copy of the tensor.
+// Every element of a floating tensor as double (FP16 / BF16 decoded exactly), without a copy of the tensor.
 template <typename F>
 void for_each_value(const Tensor& t, F f) {
   const int64_t n = t.numel();
@@ -43,6 +43,11 @@ void for_each_value(const Tensor& t, F f) {
     case kFloat16: {
       const uint16_t* p = t.data<uint16_t>();
       for (int64_t i = 0; i < n; ++i) f(static_cast<double>(half_bits_to_float(p[i])));
+      break;
+    }
+    case kBFloat16: {
+      const bfloat16_bits* p = t.data<bfloat16_bits>();
+      for (int64_t i = 0; i < n; ++i) f(static_cast<double>(bfloat16_bits_to_float(p[i].bits)));
       break;
     }
     case kInt64: break;

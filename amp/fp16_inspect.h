@@ -49,8 +49,9 @@ struct HalfFields {
 HalfFields decode_half(uint16_t bits);
 
 /// One line per element of t.flat[begin, begin + count) (clipped to numel), in the form of the file
-/// comment. FP16 tensors show their bits; FP32/FP64 tensors show each value and the FP16 pattern it
-/// rounds to (round to nearest even), so a dump of FP32 master weights shows what an FP16 copy holds.
+/// comment. FP16 tensors show their bits; FP32/FP64/BF16 tensors show each value and the FP16 pattern
+/// it rounds to (round to nearest even), so a dump of FP32 master weights shows what an FP16 copy holds
+/// (a BF16 tensor's bits are never read as FP16: its values are decoded first).
 /// Throws halfgrad::Error for an undefined or integer tensor, or begin outside [0, numel].
 std::string half_dump(const Tensor& t, int64_t begin = 0, int64_t count = 16);
 

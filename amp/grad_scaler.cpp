@@ -5,6 +5,7 @@
 #include <limits>
 #include <iostream>
 
+#include "amp/autocast.h"
 #include "autograd/node.h"
 #include "core/error.h"
 #include "core/json_checked.h"
@@ -53,8 +54,19 @@ void GradScaler::check_initialized(const char* what) const {
                                "This may indicate your script did not use scaler.scale(loss) earlier in the iteration.");
 }
 
+void GradScaler::note_bf16(const char* seen) {
+  if (bf16_noted_) return;
+  bf16_noted_ = true;
+  std::cerr << "GradScaler: note: " << seen << " is bfloat16. BF16 has FP32's exponent range (8 bits), so its "
+               "gradients do not underflow the way FP16's do and loss scaling is not needed; the scaler keeps "
+               "working (BF16 gradients are unscaled in place), but GradScalerOptions().enabled(false) is the "
+               "BF16 recipe.\n";
+}
+
 Tensor GradScaler::scale(const Tensor& loss) {
   if (!enabled_) return loss;
+  if (autocast_enabled() && autocast_lower_dtype() == kBFloat16) note_bf16("the autocast region");
+  else if (loss.defined() && loss.dtype() == kBFloat16) note_bf16("the loss");
   if (!scale_) {  // PyTorch's _lazy_init_scale_growth_tracker
     scale_ = static_cast<float>(init_scale_);
     growth_tracker_ = init_growth_tracker_;
@@ -105,6 +117,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
                  << shape_str(p.shape()) << "). Divided in place they would underflow; keep FP32 master "
                  "parameters, or set GradScalerOptions().fp16_grads_to_fp32(true) for FP16 parameters.");
   }
+  for (const Tensor& p : params)
+    if (p.grad().defined() && p.grad().dtype() == kBFloat16) note_bf16("a gradient");
   NoGradGuard no_grad;
   bool found_inf = false, any = false, any_cpu = false;
 #ifdef HALFGRAD_CUDA
@@ -134,6 +148,12 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       p.set_grad(g);
     }
     g.bump_version();  // divided in place
+    if (g.dtype() == kBFloat16) {  // in FP32, rounded back once (exact for a power-of-two scale)
+      Tensor f = g.cast_copy(kFloat32);
+      found_inf |= unscale_in_place(f.data<float>(), f.numel(), inv_scale);
+      float_to_bfloat16_array(f.data<float>(), g.data<bfloat16_bits>(), static_cast<size_t>(g.numel()));
+      continue;
+    }
     found_inf |= g.dtype() == kFloat64 ? unscale_in_place(g.data<double>(), g.numel(), inv_scale)
                                        : unscale_in_place(g.data<float>(), g.numel(), inv_scale);
   }

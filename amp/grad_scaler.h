@@ -36,6 +36,14 @@
 // tensor holding float(g) * inv_scale, which the optimizers accept - the FP32 "master gradients" of
 // NVIDIA apex's O2. This is halfgrad's extension; PyTorch has no equivalent switch.
 //
+// BF16 (AutocastOptions().dtype(kBFloat16), or BFloat16 parameters): loss scaling is not needed.
+// bfloat16 has FP32's 8-bit exponent, so a gradient underflows only below ~9.2e-41 (FP32's own
+// subnormal range), not below FP16's 6e-8; PyTorch's BF16 recipe drops the GradScaler. A scaler left
+// enabled still works - BF16 gradients are unscaled in place (in FP32, rounded once: a power-of-two
+// scale changes no mantissa bit), and a BF16 0-d loss is scaled like an FP16 one - but it writes one
+// note to std::cerr, the first time scale() runs in a BF16 autocast region or on a BF16 loss, or
+// unscale_ meets a BF16 gradient, saying why it can be turned off (bf16_note_written() reports it).
+//
 // CUDA gradients (grad_scaler_cuda.cu): unscale_ multiplies every CUDA gradient of the optimizer and
 // checks it for inf/NaN in ONE launch, setting a found_inf flag in device memory (PyTorch's
 // found_inf_per_device); nothing waits. step() then, when every gradient of the optimizer is on
@@ -175,8 +183,11 @@ class GradScaler {
   bool skip_streak() const { return skip_warning_after_ > 0 && consecutive_skipped_ >= skip_warning_after_; }
   /// True while S < 1: gradients overflow (or are NaN) even without scaling.
   bool scale_below_one() const { return enabled_ && get_scale() < 1.0; }
-  /// Number of diagnostic lines written to std::cerr since construction.
+  /// Number of diagnostic lines written to std::cerr since construction (the BF16 note not included).
   int64_t warnings_emitted() const { return warnings_emitted_; }
+  /// Whether the one-time BF16 note of the file comment was written (a BF16 region, loss or gradient
+  /// was seen by this enabled scaler).
+  bool bf16_note_written() const { return bf16_noted_; }
 
   /// {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"} as PyTorch,
   /// plus "skip_warning_after", "_consecutive_skipped" and (when a cap is set) "max_scale"; {} when
@@ -201,11 +212,14 @@ class GradScaler {
     bool all_cuda = false;        // every gradient was on CUDA: step() may skip on the device
   };
   void check_initialized(const char* what) const;
+  /// Write the BF16 note to std::cerr once (`seen` says what was BF16).
+  void note_bf16(const char* seen);
   /// found_inf of `st`, reading the device flag into it first if one is pending (a D2H copy).
   static bool resolve_found_inf(OptimizerState& st);
 
   bool enabled_;
   bool fp16_grads_to_fp32_;
+  bool bf16_noted_ = false;
   double init_scale_;
   double growth_factor_;
   double backoff_factor_;

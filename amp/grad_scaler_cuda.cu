@@ -10,9 +10,10 @@
 // 65536 elements, grid-stride over chunks, one thread per element. Each thread keeps its own
 // "found" bit in a register and, only if set, stores 1.0f to the flag at the end: every writer
 // stores the same value, so the race is benign and no atomics are needed.
-// Precision: the product is formed in FP32 (a Float16 input is widened exactly) and rounded once
-// to the destination dtype. For the power-of-two scales GradScaler uses, it is exact unless the
-// result leaves FP16's range (in-place FP16) - why GradScaler refuses FP16 grads by default.
+// Precision: the product is formed in FP32 (a Float16 / BFloat16 input is widened exactly) and rounded
+// once to the destination dtype. For the power-of-two scales GradScaler uses, it is exact unless the
+// result leaves FP16's range (in-place FP16) - why GradScaler refuses FP16 grads by default. BF16
+// gradients are unscaled in place (FP32's exponent range: a power-of-two divide is exact there).
 #include "amp/grad_scaler_cuda.h"
 #include "optim/multi_tensor_cuda.cuh"
 
@@ -43,9 +44,9 @@ void unscale_and_check_cuda(const std::vector<UnscaleCudaTensor>& grads, float i
   HG_CHECK(found_inf != nullptr, "GradScaler::unscale_ (CUDA): found_inf must be a device buffer");
   for (const UnscaleCudaTensor& g : grads)
     HG_CHECK(g.src != nullptr && g.dst != nullptr && g.numel >= 0 &&
-                 (g.src_dtype == kFloat32 || g.src_dtype == kFloat16) &&
-                 (g.dst_dtype == kFloat32 || g.dst_dtype == kFloat16) && (g.src != g.dst || g.src_dtype == g.dst_dtype),
-             "GradScaler::unscale_ (CUDA): gradients must be float32 or float16 device buffers (in place: one dtype)");
+                 mt::is_multi_tensor_dtype(g.src_dtype) && mt::is_multi_tensor_dtype(g.dst_dtype) &&
+                 (g.src != g.dst || g.src_dtype == g.dst_dtype),
+             "GradScaler::unscale_ (CUDA): gradients must be float32, float16 or bfloat16 device buffers (in place: one dtype)");
   const auto table = mt::upload(grads, "GradScaler::unscale_ (CUDA)");
   if (table.num_chunks == 0) return;
   unscale_kernel<<<table.grid(), mt::kThreads, 0, cuda::stream()>>>(table.entries, table.chunks, table.num_chunks,

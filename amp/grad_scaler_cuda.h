@@ -14,7 +14,7 @@ struct UnscaleCudaTensor {
   const void* src;
   void* dst;
   int64_t numel;
-  Dtype src_dtype, dst_dtype;  // Float32 or Float16 each
+  Dtype src_dtype, dst_dtype;  // Float32, Float16 or BFloat16 each
 };
 
 /// PyTorch's _amp_foreach_non_finite_check_and_unscale_: dst = src * inv_scale for every tensor, and

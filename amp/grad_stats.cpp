@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/bfloat16.h"
 #include "core/half.h"
 
 namespace halfgrad::amp {
@@ -88,6 +89,11 @@ GradStats grad_stats(const std::string& name, const Tensor& grad, double loss_sc
     case kFloat16: {
       const uint16_t* p = grad.data<uint16_t>();
       accumulate(s, s.numel, inv, [p](int64_t i) { return static_cast<double>(half_bits_to_float(p[i])); });
+      break;
+    }
+    case kBFloat16: {  // decoded exactly; the statistics stay about FP16's range (grad_stats.h)
+      const bfloat16_bits* p = grad.data<bfloat16_bits>();
+      accumulate(s, s.numel, inv, [p](int64_t i) { return static_cast<double>(bfloat16_bits_to_float(p[i].bits)); });
       break;
     }
     case kInt64: break;  // refused above

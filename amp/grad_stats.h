@@ -56,7 +56,8 @@ struct GradStats {
 };
 
 /// Statistics of `grad`, a floating gradient holding S * dL/dp with S = `loss_scale` (> 0). Any
-/// floating dtype (FP16 decoded exactly). Throws halfgrad::Error for an undefined or integer tensor
+/// floating dtype (FP16 and BF16 decoded exactly; the thresholds are FP16's whatever the stored
+/// dtype, since the question is what FP16 would lose - a BF16 gradient shares FP32's range). Throws halfgrad::Error for an undefined or integer tensor
 /// or a loss_scale that is not finite and positive.
 GradStats grad_stats(const std::string& name, const Tensor& grad, double loss_scale);
 

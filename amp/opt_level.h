@@ -35,6 +35,7 @@
 #pragma once
 #include <string>
 
+#include "amp/autocast.h"
 #include "amp/grad_scaler.h"
 #include "core/dtype.h"
 #include "nn/module.h"
@@ -58,6 +59,9 @@ struct OptLevelSetup {
   OptLevel level = OptLevel::O0;
   bool autocast = false;          // run the forward inside AutocastGuard (O1)
   Dtype input_dtype = kFloat32;   // dtype the input batch is cast to before the forward (FP16 for O2, O3)
+  Dtype autocast_dtype = kFloat16;  // autocast's lower dtype under O1: FP16 (apply_opt_level's), or BF16 if set
+  /// The forward's AutocastGuard options: enabled when `autocast`, lowering to `autocast_dtype`.
+  AutocastOptions autocast_options() const { return AutocastOptions().dtype(autocast_dtype).enabled(autocast); }
   /// `x` converted to input_dtype (a non-differentiable copy; x itself when it already is).
   Tensor cast_input(const Tensor& x) const { return x.dtype() == input_dtype ? x : x.cast_copy(input_dtype); }
 };

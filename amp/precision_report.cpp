@@ -18,7 +18,6 @@ namespace halfgrad::amp {
 
 namespace {
 
-constexpr Dtype kAllDtypes[] = {kFloat32, kFloat16, kFloat64, kInt64};
 constexpr CastPass kPasses[] = {CastPass::Forward, CastPass::Backward};
 
 const char* pass_name(CastPass p) { return p == CastPass::Forward ? "forward" : "backward"; }
@@ -80,6 +79,9 @@ std::string OpPrecisionRow::why() const {
   switch (*list) {
     case CastPolicy::Lower:
       if (dtype == kFloat16) return std::string("FP16 list: ") + op_record(*kind).why + "; half the bytes of FP32";
+      if (dtype == kBFloat16)  // an AutocastOptions().dtype(kBFloat16) region: the same list, lowered to BF16
+        return std::string("FP16 list, lowered to bfloat16 in this region: ") + op_record(*kind).why +
+               "; half the bytes of FP32";
       return std::string("FP16 list, but ran in ") + dtype_name(dtype) +
              ": float64 inputs, or a HALFGRAD_FORCE_FP32 build (autocast_lower_dtype is float32)";
     case CastPolicy::Fp32:

@@ -63,6 +63,24 @@ void scan_half(const uint16_t* p, int64_t n, ValueSummary& s) {
   s.max = hi;
 }
 
+// bfloat16: the top half of a binary32, so its exponent field is the float's; decoded exactly.
+void scan_bfloat16(const bfloat16_bits* p, int64_t n, ValueSummary& s) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t b = p[i].bits;
+    if ((b & 0x7f80u) == 0x7f80u) {
+      if (b & 0x007fu) ++s.nan;
+      else ++(b & 0x8000u ? s.neg_inf : s.pos_inf);
+    } else {
+      const double v = bfloat16_bits_to_float(b);
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  s.min = lo;
+  s.max = hi;
+}
+
 // The fast test that runs on every output and gradient: is any element NaN or inf? An IEEE value is
 // non-finite exactly when its exponent field is all ones, i.e. when its bits without the sign are >=
 // the bits of +inf. A max over those integers vectorises (and splits over threads), unlike a
@@ -86,6 +104,8 @@ bool any_nonfinite(const Tensor& t) {
                                 uint64_t{0x7ff0000000000000ull});
     case kFloat16:
       return any_nonfinite_bits(static_cast<const uint16_t*>(t.raw_data()), n, uint16_t{0x7fffu}, uint16_t{0x7c00u});
+    case kBFloat16:  // same bits as a float's upper half: exponent field 0x7f80
+      return any_nonfinite_bits(static_cast<const uint16_t*>(t.raw_data()), n, uint16_t{0x7fffu}, uint16_t{0x7f80u});
     case kInt64: return false;
   }
   return false;
@@ -156,6 +176,7 @@ ValueSummary summarize_values(const Tensor& t) {
     case kFloat64: scan(t.data<double>(), s.numel, s); break;
     case kFloat16: scan_half(t.data<uint16_t>(), s.numel, s); break;
     case kInt64: scan(t.data<int64_t>(), s.numel, s); break;
+    case kBFloat16: scan_bfloat16(t.data<bfloat16_bits>(), s.numel, s); break;
   }
   if (s.nan + s.pos_inf + s.neg_inf == s.numel) s.min = s.max = std::numeric_limits<double>::quiet_NaN();
   return s;
@@ -208,8 +229,10 @@ void check_forward_anomaly(const char* op, const Tensor& output, const std::vect
         os << op << " is not in autocast's table, so it ran in its inputs' dtype; move the op that made its FP16 "
               "input to FP32 (amp::set_op_fp32 / --fp32-op)";
       os << ", or scale its inputs down)";
-    }
-    else
+    } else if (output.dtype() == kBFloat16) {
+      os << " (bfloat16 shares float32's range, overflowing only above ~3.39e38: an overflow here is an FP32 "
+            "overflow too, so look for a division by zero, a log of 0 or an exp of a large input)";
+    } else
       os << " (a division by zero, a log of 0, or an overflow of " << dtype_name(output.dtype()) << ")";
   } else {
     os << input_label(op, bad_inputs[0]) << " already held non-finite values: they did not come from an op "

@@ -126,7 +126,7 @@ int add_backward_hook(BackwardHook hook) {
 }
 void remove_backward_hook(int id) { hooks().erase(id); }
 
-// out[i] = a[i] + b[i] in dtype `d` (half: added in float, rounded once).
+// out[i] = a[i] + b[i] in dtype `d` (Float16 / BFloat16: added in float, rounded once).
 static void add_into(const Tensor& a, const Tensor& b, Tensor out) {
   const int64_t n = out.numel();
   const Dtype d = out.dtype();
@@ -180,7 +180,7 @@ static void accumulate(std::shared_ptr<TensorImpl>& slot, const Tensor& g, Dtype
   }
   if (leaf) {
     add_into(acc, g, acc);
-    if (acc.dtype() != kFloat16) acc.bump_version();  // (the half path writes through copy_from, which counts)
+    if (!is_reduced_float(acc.dtype())) acc.bump_version();  // (the 16-bit path writes through copy_from, which counts)
   } else {
     Tensor out = Tensor::empty(shape, dtype);
     add_into(acc, g, out);

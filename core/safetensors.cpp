@@ -28,10 +28,10 @@ constexpr int kMaxDims = 8;  // Tensor's own limit
 const char* const kMetadataKey = "__metadata__";
 
 // The spec's dtypes halfgrad cannot hold, to tell "not supported" from "not a dtype".
-const char* const kOtherSpecDtypes[] = {"BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "U64", "BF16", "F8_E4M3", "F8_E5M2"};
+const char* const kOtherSpecDtypes[] = {"BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "U64", "F8_E4M3", "F8_E5M2"};
 
 bool dtype_from_code(const std::string& code, Dtype* d) {
-  for (Dtype c : {kFloat32, kFloat16, kFloat64, kInt64})
+  for (Dtype c : kAllDtypes)
     if (code == dtype_code(c)) {
       *d = c;
       return true;
@@ -86,6 +86,7 @@ const char* dtype_code(Dtype d) {
     case kFloat16: return "F16";
     case kFloat64: return "F64";
     case kInt64: return "I64";
+    case kBFloat16: return "BF16";
   }
   return "?";
 }
@@ -193,7 +194,7 @@ Header parse_header(const char* data, size_t n, uint64_t file_size, const std::s
                                         [&](const char* c) { return code == c; }) != std::end(kOtherSpecDtypes);
       HG_FAIL(what << ": dtype " << json_checked::preview(nlohmann::json(code))
                    << (in_spec ? " is not one halfgrad holds" : " is not a safetensors dtype")
-                   << "; expected F32, F16, F64 or I64");
+                   << "; expected F32, F16, BF16, F64 or I64");
     }
     const json_checked::Field shape = entry["shape"];
     shape.require_array("an array of extents");

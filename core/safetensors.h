@@ -12,7 +12,7 @@
 //                          5-D tensor), little-endian; [begin, end) is relative to the buffer's start;
 //                          the tensors are contiguous, do not overlap and cover the whole buffer.
 // Dtype codes of the spec: BOOL U8 I8 I16 U16 I32 U32 I64 U64 F16 BF16 F32 F64 F8_E4M3 F8_E5M2.
-// halfgrad holds F32, F16, F64 and I64 (core/dtype.h); a file with any other dtype is refused by name.
+// halfgrad holds F32, F16, BF16, F64 and I64 (core/dtype.h); a file with any other dtype is refused by name.
 //
 // Writing is crash-safe: the bytes go to "<path>.tmp", which is fsync'ed, renamed over <path>
 // (atomic on POSIX), and the folder is fsync'ed so the rename itself survives a power cut. A kill -9
@@ -68,7 +68,7 @@ struct Contents {
   std::map<std::string, std::string> metadata;
 };
 
-/// The spec's code for a halfgrad dtype: "F32", "F16", "F64", "I64".
+/// The spec's code for a halfgrad dtype: "F32", "F16", "F64", "I64", "BF16".
 const char* dtype_code(Dtype d);
 
 /// Writes `tensors` (defined, any device and memory format; written as contiguous row-major

@@ -103,6 +103,7 @@ static void fill_buffer(const Tensor& t, double value) {
     case kFloat16: { uint16_t* p = t.data<uint16_t>(); uint16_t v = float_to_half_bits(static_cast<float>(value)); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
     case kFloat64: { double* p = t.data<double>(); for (int64_t i = 0; i < n; ++i) p[i] = value; break; }
     case kInt64: { int64_t* p = t.data<int64_t>(); int64_t v = static_cast<int64_t>(value); for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
+    case kBFloat16: { bfloat16_bits* p = t.data<bfloat16_bits>(); bfloat16_bits v{float_to_bfloat16_bits(static_cast<float>(value))}; for (int64_t i = 0; i < n; ++i) p[i] = v; break; }
   }
 }
 
@@ -123,6 +124,7 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
     case kFloat16: float_to_half_array(values.data(), t.data<uint16_t>(), n); break;
     case kFloat64: for (int64_t i = 0; i < n; ++i) t.data<double>()[i] = values[i]; break;
     case kInt64: for (int64_t i = 0; i < n; ++i) t.data<int64_t>()[i] = static_cast<int64_t>(values[i]); break;
+    case kBFloat16: float_to_bfloat16_array(values.data(), t.data<bfloat16_bits>(), n); break;
   }
   return t;
 }
@@ -198,6 +200,7 @@ double Tensor::item_at(int64_t i) const {
     case kFloat16: return half_bits_to_float(data<uint16_t>()[i]);
     case kFloat64: return data<double>()[i];
     case kInt64: return static_cast<double>(data<int64_t>()[i]);
+    case kBFloat16: return bfloat16_bits_to_float(data<bfloat16_bits>()[i].bits);
   }
   return 0;
 }
@@ -212,7 +215,7 @@ std::vector<float> Tensor::to_float_vector() const {
   if (device() == Device::CUDA || is_channels_last()) return copy_to(Device::CPU).format_copy(MemoryFormat::Contiguous).to_float_vector();
   std::vector<float> v(numel());
   if (dtype() == kFloat32) std::memcpy(v.data(), raw_data(), nbytes());
-  else if (dtype() == kFloat16) half_to_float_array(data<uint16_t>(), v.data(), v.size());
+  else if (is_reduced_float(dtype())) reduced_to_float_array(dtype(), raw_data(), v.data(), v.size());
   else for (int64_t i = 0; i < numel(); ++i) v[i] = static_cast<float>(item_at(i));
   return v;
 }
@@ -292,40 +295,47 @@ static void convert_loop(const Src* s, Dst* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = static_cast<Dst>(s[i]);
 }
 
-// dst[i] = src[i] converted; both CPU, same numel. Half goes through float (exact for f32 -> f16
-// rounding; f64 -> f16 rounds twice, which can differ from a direct rounding only in ties that are
-// not exactly representable in f32; PyTorch rounds f64 -> f16 the same way).
+// dst[i] = src[i] converted; both CPU, same numel. Float16 and BFloat16 go through float (exact for
+// f32 -> f16/bf16 rounding; f64 -> f16/bf16 rounds twice, which can differ from a direct rounding only
+// in ties that are not exactly representable in f32; PyTorch rounds f64 -> f16 the same way).
+// f16 <-> bf16 goes through float too (f16 -> float is exact, so it rounds once).
 static void convert(const Tensor& src, const Tensor& dst) {
   const int64_t n = src.numel();
   const Dtype a = src.dtype(), b = dst.dtype();
   if (a == b) { std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes()); return; }
-  constexpr int64_t kChunk = 1 << 16;  // elements per parallel chunk of the half conversions
-  if (a == kFloat16 && b == kFloat32) {
-    const uint16_t* s = src.data<uint16_t>();
+  constexpr int64_t kChunk = 1 << 16;  // elements per parallel chunk of the 16-bit conversions
+  if (is_reduced_float(a) && b == kFloat32) {
+    const char* s = static_cast<const char*>(src.raw_data());
     float* d = dst.data<float>();
 #pragma omp parallel for if (n >= 4 * kChunk)
-    for (int64_t i = 0; i < n; i += kChunk) half_to_float_array(s + i, d + i, std::min(kChunk, n - i));
+    for (int64_t i = 0; i < n; i += kChunk) reduced_to_float_array(a, s + 2 * i, d + i, std::min(kChunk, n - i));
     return;
   }
-  if (a == kFloat32 && b == kFloat16) {
+  if (a == kFloat32 && is_reduced_float(b)) {
     const float* s = src.data<float>();
-    uint16_t* d = dst.data<uint16_t>();
+    char* d = static_cast<char*>(dst.raw_data());
 #pragma omp parallel for if (n >= 4 * kChunk)
-    for (int64_t i = 0; i < n; i += kChunk) float_to_half_array(s + i, d + i, std::min(kChunk, n - i));
+    for (int64_t i = 0; i < n; i += kChunk) float_to_reduced_array(b, s + i, d + 2 * i, std::min(kChunk, n - i));
     return;
   }
-  if (a == kFloat16) {
+  if (is_reduced_float(a) && is_reduced_float(b)) {
     std::vector<float> tmp(n);
-    half_to_float_array(src.data<uint16_t>(), tmp.data(), n);
+    reduced_to_float_array(a, src.raw_data(), tmp.data(), n);
+    float_to_reduced_array(b, tmp.data(), dst.raw_data(), n);
+    return;
+  }
+  if (is_reduced_float(a)) {
+    std::vector<float> tmp(n);
+    reduced_to_float_array(a, src.raw_data(), tmp.data(), n);
     if (b == kFloat64) convert_loop(tmp.data(), dst.data<double>(), n);
     else convert_loop(tmp.data(), dst.data<int64_t>(), n);
     return;
   }
-  if (b == kFloat16) {
+  if (is_reduced_float(b)) {
     std::vector<float> tmp(n);
     if (a == kFloat64) convert_loop(src.data<double>(), tmp.data(), n);
     else convert_loop(src.data<int64_t>(), tmp.data(), n);
-    float_to_half_array(tmp.data(), dst.data<uint16_t>(), n);
+    float_to_reduced_array(b, tmp.data(), dst.raw_data(), n);
     return;
   }
   auto dispatch_dst = [&](auto* s) {

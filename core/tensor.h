@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/bfloat16.h"
 #include "core/half.h"
 
 namespace halfgrad {
@@ -150,7 +151,7 @@ class Tensor {
 
   // ---- data access ------------------------------------------------------------------------------
   /// Typed pointer to the buffer (a device pointer for CUDA tensors, in the physical memory format);
-  /// T must match the dtype: float, double, int64_t, or uint16_t for Float16.
+  /// T must match the dtype: float, double, int64_t, uint16_t for Float16, bfloat16_bits for BFloat16.
   template <typename T>
   T* data() const;
   void* raw_data() const;
@@ -232,13 +233,14 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
-/// Type trait from C++ type to Dtype (uint16_t stands for Float16 bits).
+/// Type trait from C++ type to Dtype (uint16_t stands for Float16 bits, bfloat16_bits for BFloat16).
 template <typename T>
 struct DtypeOf;
 template <> struct DtypeOf<float> { static constexpr Dtype value = kFloat32; };
 template <> struct DtypeOf<double> { static constexpr Dtype value = kFloat64; };
 template <> struct DtypeOf<uint16_t> { static constexpr Dtype value = kFloat16; };
 template <> struct DtypeOf<int64_t> { static constexpr Dtype value = kInt64; };
+template <> struct DtypeOf<bfloat16_bits> { static constexpr Dtype value = kBFloat16; };
 
 [[noreturn]] void throw_dtype_mismatch(Dtype have, Dtype want);
 

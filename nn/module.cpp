@@ -20,7 +20,7 @@ Tensor Module::operator()(const Tensor& x) {
   // An FP32 region: every op below runs in its inputs' types, and the input is FP32, so the module's
   // FP32 weights are used as they are. The outer autocast state comes back when the guard closes.
   amp::AutocastGuard fp32_region(false);
-  return forward(x.defined() && x.dtype() == kFloat16 ? x.to(kFloat32) : x);
+  return forward(x.defined() && is_reduced_float(x.dtype()) ? x.to(kFloat32) : x);
 }
 
 // ---- registration -----------------------------------------------------------------------------------

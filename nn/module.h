@@ -57,8 +57,8 @@ class Module : public std::enable_shared_from_this<Module> {
   /// The module's computation. The base version throws halfgrad::Error ("<name> has no forward").
   virtual Tensor forward(const Tensor& x);
   /// Call the module: forward(x), except that a module marked autocast_fp32 inside an enabled autocast
-  /// region runs forward in an FP32 region (AutocastGuard(false)) on x cast to FP32 if it is FP16 (a
-  /// differentiable cast, so x's gradient comes back in FP16). Its output is then FP32. Outside
+  /// region runs forward in an FP32 region (AutocastGuard(false)) on x cast to FP32 if it is FP16 or
+  /// BF16 (a differentiable cast, so x's gradient comes back in x's dtype). Its output is then FP32. Outside
   /// autocast a mark changes nothing. Same errors as forward.
   Tensor operator()(const Tensor& x);
 

@@ -1,14 +1,15 @@
 // cast.cpp - the differentiable conversions: Tensor::to(dtype), to(Device), to(MemoryFormat).
 //   to(Device):        y = x on the other device;      dx = dy moved back.
 //   to(MemoryFormat):  y = x with the other layout;    dx = dy converted back to x's layout.
-//   forward:  y = round_to(dtype, x)      (half: round to nearest even, >= 65520 -> inf)
+//   forward:  y = round_to(dtype, x)      (half / bfloat16: round to nearest even; half: >= 65520 -> inf)
 //   backward: dx = convert(dy, x.dtype)   (the cast's Jacobian is the identity)
-// Under autocast the FP16 copies of FP32 weights are made by this op, so the weights' gradients come
+// Under autocast the FP16 (or BF16) copies of FP32 weights are made by this op, so the weights' gradients come
 // back through it in FP32 (the master copy's dtype).
 //
 // ops::autocast_cast is the same cast with the weight-cast cache in front (amp/autocast.h says why the
 // cache keeps only tensors and this op makes them): within one enabled autocast region an FP32 leaf
-// weight is converted to FP16 once, and every op that reads it gets that one FP16 tensor.
+// weight is converted to the region's lower dtype (FP16 or BF16) once, and every op that reads it gets
+// that one tensor.
 #include "amp/cast_stats.h"
 #include "ops/common.h"
 
@@ -26,7 +27,7 @@ Tensor autocast_cast(const Tensor& x, Dtype dt) {
                          dt == amp::autocast_lower_dtype() && x.dtype() == kFloat32 && x.is_leaf() &&
                          x.requires_grad();
   if (!cacheable) return x.to(dt);
-  const Tensor hit = amp::cast_cache_lookup(x);
+  const Tensor hit = amp::cast_cache_lookup(x, dt);
   // A backward inside the region (without retain_graph) frees the cast's node; then cast again.
   if (hit.defined() && hit.grad_fn() && !hit.grad_fn()->freed) return hit;
   Tensor y = x.to(dt);

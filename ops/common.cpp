@@ -18,7 +18,7 @@ void check_tensor(const char* op, const char* what, const Tensor& t) {
                                        << " is channels-last (NDHWC) on the CPU; CPU ops read NCDHW: call .contiguous()");
   } else {
     HG_CHECK(t.dtype() != kFloat64, op << ": " << what << " " << shape_str(t.shape())
-                                       << " is float64 on cuda; CUDA ops take float32 or float16 (run float64 on the CPU)");
+                                       << " is float64 on cuda; CUDA ops take float32, float16 or bfloat16 (run float64 on the CPU)");
   }
 }
 
@@ -44,7 +44,7 @@ void check_dim(const char* op, const char* what, const Tensor& t, int64_t d, con
                             << shape_str(t.shape()));
 }
 
-Tensor to_compute(const Tensor& t) { return t.dtype() == kFloat16 ? t.cast_copy(kFloat32) : t; }
+Tensor to_compute(const Tensor& t) { return is_reduced_float(t.dtype()) ? t.cast_copy(kFloat32) : t; }
 
 Tensor from_compute(const Tensor& t, Dtype out_dtype) {
   return t.dtype() == out_dtype ? t : t.cast_copy(out_dtype);

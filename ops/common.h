@@ -1,8 +1,9 @@
 // common.h - what every CPU op shares: argument checks that name the op, and the dtype dispatch.
 //
-// Compute precision on the CPU: Float64 ops compute in double (gradient checks); Float32 and Float16
-// ops compute in float. A Float16 op converts its inputs to float, computes with FP32 accumulation,
-// and rounds its output to half once (round-to-nearest-even): the numerics of an FP16 Tensor Core op.
+// Compute precision on the CPU: Float64 ops compute in double (gradient checks); Float32 and the 16-bit
+// floats (Float16, BFloat16: is_reduced_float) compute in float. A 16-bit op converts its inputs to
+// float, computes with FP32 accumulation, and rounds its output to its dtype once (round-to-nearest-
+// even): the numerics of an FP16 / BF16 Tensor Core op.
 #pragma once
 #include <omp.h>
 
@@ -22,7 +23,7 @@ void check_input(const char* op, const char* what, const Tensor& t);
 void check_floating(const char* op, const char* what, const Tensor& t);
 
 /// For ops with both a CPU and a CUDA path: defined; on the CPU also contiguous (NCDHW) - CPU kernels
-/// read NCDHW only - and on CUDA float32 / float16 / int64 (no float64 kernels; gradcheck runs on the CPU).
+/// read NCDHW only - and on CUDA float32 / float16 / bfloat16 / int64 (no float64 kernels; gradcheck runs on the CPU).
 void check_tensor(const char* op, const char* what, const Tensor& t);
 /// check_tensor, and a floating dtype.
 void check_floating_tensor(const char* op, const char* what, const Tensor& t);
@@ -32,18 +33,19 @@ void check_same_device(const char* op, const char* what_a, const Tensor& a, cons
 void check_dim(const char* op, const char* what, const Tensor& t, int64_t d, const char* layout);
 
 /// The cast an op makes of an operand for autocast: x.to(dt), except that an FP32 leaf weight with
-/// requires_grad cast to FP16 inside an enabled AutocastGuard, with grad mode on, is cast once per
-/// region and reused (the weight-cast cache of amp/autocast.h, as PyTorch's autocast `cached_cast`).
+/// requires_grad cast to the region's lower dtype (amp::autocast_lower_dtype: FP16 or BF16) inside an
+/// enabled AutocastGuard, with grad mode on, is cast once per region and reused (the weight-cast cache of amp/autocast.h, as PyTorch's autocast `cached_cast`).
 /// Differentiable either way: the gradient of every use flows back through the one cast to `x` in FP32.
 /// A cached cast whose tape node was already consumed by a backward inside the region is made again.
 /// Same errors as Tensor::to.
 Tensor autocast_cast(const Tensor& x, Dtype dt);
 
-/// The tensor an op computes with: Float16 -> a Float32 copy; Float32 / Float64 -> itself (no copy).
+/// The tensor an op computes with: Float16 / BFloat16 -> a Float32 copy; Float32 / Float64 -> itself
+/// (no copy).
 Tensor to_compute(const Tensor& t);
-/// The dtype an op computes in for a storage dtype: Float16 -> Float32, others unchanged.
-inline Dtype compute_dtype(Dtype d) { return d == kFloat16 ? kFloat32 : d; }
-/// Convert a compute-precision result to the op's output dtype (rounds once for Float16).
+/// The dtype an op computes in for a storage dtype: Float16 / BFloat16 -> Float32, others unchanged.
+inline Dtype compute_dtype(Dtype d) { return is_reduced_float(d) ? kFloat32 : d; }
+/// Convert a compute-precision result to the op's output dtype (rounds once for Float16 / BFloat16).
 Tensor from_compute(const Tensor& t, Dtype out_dtype);
 
 /// Calls f(T{}) with T = double for Float64 and T = float otherwise.

@@ -156,6 +156,9 @@ void AdamW::step() {
     for (const Tensor& param : group.params()) {
       const Tensor grad = param.grad();
       if (!grad.defined()) continue;
+      HG_CHECK(param.dtype() != kBFloat16 || options.master_weights(),
+               "AdamW: master_weights(false) (pure FP16, Float16 moments) takes float16 parameters; the bfloat16 "
+               "parameter of shape " << shape_str(param.shape()) << " needs master_weights(true)");
       auto& state = state_of<AdamWParamState>(param);
       check_state_device(param, state);
       mark_updated(param, state);  // the update below writes them in place
@@ -204,7 +207,7 @@ void AdamW::step() {
       HG_CHECK(!state.exp_avg.defined() || param.dtype() != kFloat16 || state.exp_avg.dtype() == kFloat32,
                "AdamW: parameter of shape " << shape_str(param.shape()) << " has pure-FP16 state, but its group "
                "now has master_weights(true); set it before the first step");
-      Tensor target = update_target(param, state);  // the FP32 master for a Float16 parameter
+      Tensor target = update_target(param, state);  // the FP32 master for a Float16 / BFloat16 parameter
       const Dtype d = target.dtype();
       if (!state.exp_avg.defined()) {
         state.exp_avg = Tensor::zeros(param.shape(), d);

@@ -15,7 +15,8 @@
 // sides may fuse a multiply and an add into one FMA (GCC's default -ffp-contract=fast here, PyTorch's
 // vectorised add_ via vec::fmadd), and not always the same ones.
 //
-// A Float16 parameter is updated through an FP32 master weight with FP32 moments (optimizer.h).
+// A Float16 or BFloat16 parameter is updated through an FP32 master weight with FP32 moments
+// (optimizer.h); master_weights(false) takes Float16 parameters only (a BFloat16 one throws).
 // With AdamWOptions().master_weights(false) (pure FP16, the "O3" of amp/opt_level.h) a Float16
 // parameter is updated in place instead, with Float16 moments: each element's p, m and v are read as
 // half, the update above runs in float, and the three are rounded back to half (as apex's FusedAdam

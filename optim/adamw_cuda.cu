@@ -10,7 +10,7 @@
 // converts a gradient whose layout differs).
 // Parallel mapping: the multi-tensor chunk table (multi_tensor_cuda.cuh): one block per chunk of
 // 65536 elements, grid-stride over chunks; one thread per element within a chunk.
-// Precision: FP32 throughout. Float16 gradients are widened exactly. A Float16 parameter with a
+// Precision: FP32 throughout. Float16 / BFloat16 gradients are widened exactly. A 16-bit parameter with a
 // master: the FP32 master is updated and rounded once (nearest even) into the parameter. Pure FP16
 // (no master): p, m, v are read as half, updated in FP32 and each rounded once, as the CPU does.
 // sqrtf and '/' are IEEE-rounded (nvcc's default -prec-sqrt / -prec-div), and optim/*.cu is built
@@ -60,12 +60,13 @@ void adamw_step_cuda(const std::vector<AdamWCudaTensor>& tensors, const float* f
   for (const AdamWCudaTensor& t : tensors) {
     HG_CHECK(t.param != nullptr && t.grad != nullptr && t.exp_avg != nullptr && t.exp_avg_sq != nullptr && t.numel >= 0,
              "AdamW (CUDA): a parameter entry has a null buffer or a negative numel");
-    HG_CHECK((t.param_dtype == kFloat32 || t.param_dtype == kFloat16) &&
-                 (t.grad_dtype == kFloat32 || t.grad_dtype == kFloat16) &&
+    HG_CHECK(multi_tensor::is_multi_tensor_dtype(t.param_dtype) && multi_tensor::is_multi_tensor_dtype(t.grad_dtype) &&
                  (t.moment_dtype == kFloat32 || t.moment_dtype == kFloat16),
-             "AdamW (CUDA): parameters, gradients and moments must be float32 or float16");
-    HG_CHECK(t.param_dtype == kFloat16 || t.master == nullptr,
+             "AdamW (CUDA): parameters and gradients must be float32, float16 or bfloat16, moments float32 or float16");
+    HG_CHECK(is_reduced_float(t.param_dtype) || t.master == nullptr,
              "AdamW (CUDA): a float32 parameter has a master weight");
+    HG_CHECK(t.param_dtype != kBFloat16 || t.master != nullptr,
+             "AdamW (CUDA): a bfloat16 parameter needs its FP32 master weight");
     HG_CHECK((t.moment_dtype == kFloat16) == (t.param_dtype == kFloat16 && t.master == nullptr),
              "AdamW (CUDA): float16 moments go with exactly the pure-FP16 layout (float16 parameter, no master)");
   }

@@ -22,9 +22,9 @@ struct AdamWStepScalars {
 
 /// One parameter. Every buffer has `numel` elements in the parameter's memory format.
 struct AdamWCudaTensor {
-  void* param;            // Float32, or Float16
-  float* master;          // FP32 master of a Float16 parameter; null for Float32 and for pure FP16
-  const void* grad;       // Float32 or Float16
+  void* param;            // Float32, Float16 or BFloat16
+  float* master;          // FP32 master of a Float16 / BFloat16 parameter; null for Float32 and for pure FP16
+  const void* grad;       // Float32, Float16 or BFloat16
   void* exp_avg;          // m: Float32, or Float16 in pure FP16 (master_weights(false))
   void* exp_avg_sq;       // v: same dtype as exp_avg
   int64_t numel;

@@ -23,6 +23,7 @@ static double grad_norm(const Tensor& g, double p) {
   }
   switch (g.dtype()) {
     case kFloat16: return round_to_half(static_cast<float>(acc));
+    case kBFloat16: return round_to_bfloat16(static_cast<float>(acc));
     case kFloat32: return static_cast<float>(acc);
     default: return acc;
   }
@@ -52,10 +53,14 @@ static double clip_with(const std::vector<Tensor>& grads, double total, double m
       } else if (g.dtype() == kFloat32) {
         float* d = g.data<float>();
         for (int64_t i = 0; i < n; ++i) d[i] *= static_cast<float>(clip_coef);
-      } else {  // half: multiply in float, round once
+      } else if (g.dtype() == kFloat16) {  // half: multiply in float, round once
         uint16_t* d = g.data<uint16_t>();
         const float c = static_cast<float>(clip_coef);
         for (int64_t i = 0; i < n; ++i) d[i] = float_to_half_bits(half_bits_to_float(d[i]) * c);
+      } else {  // bfloat16: the same, rounded to bfloat16
+        bfloat16_bits* d = g.data<bfloat16_bits>();
+        const float c = static_cast<float>(clip_coef);
+        for (int64_t i = 0; i < n; ++i) d[i].bits = float_to_bfloat16_bits(bfloat16_bits_to_float(d[i].bits) * c);
       }
     }
   }

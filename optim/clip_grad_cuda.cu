@@ -1,7 +1,7 @@
 // clip_grad_cuda.cu - clip_grad_norm_ for CUDA gradients (the CPU reference is clip_grad.cpp).
 //
 // Math (clip_grad.h), for gradients g_1..g_k, p = 2 or infinity:
-//   norms_i    = ||g_i||_p, rounded to float, then to half for a Float16 gradient (as torch.norm returns it)
+//   norms_i    = ||g_i||_p, rounded to float, then to half / bfloat16 for a Float16 / BFloat16 gradient (as torch.norm returns it)
 //   total      = ||(norms_1, ..., norms_k)||_p                       rounded to float
 //   clip_coef  = (1 / (total + 1e-6)) * max_norm                     in float (PyTorch's __rtruediv__)
 //   g_i       *= clip_coef   when clip_coef < 1 or NaN               (float multiply, rounded once for half)
@@ -66,7 +66,8 @@ __global__ void norm_finalize_kernel(const ClipGradCudaTensor* __restrict__ tens
     if (!kInfNorm) acc = sqrt(acc);
     // As torch.norm returns it: a tensor of the gradient's dtype.
     float norm = static_cast<float>(acc);
-    if (tensors[tensor].dtype == Dtype::Float16) norm = __half2float(__float2half_rn(norm));
+    if (tensors[tensor].dtype == Dtype::Float16) norm = cuda::to_float(cuda::from_float<__half>(norm));
+    if (tensors[tensor].dtype == Dtype::BFloat16) norm = cuda::to_float(cuda::from_float<__nv_bfloat16>(norm));
     total = kInfNorm ? nan_max(total, static_cast<double>(norm)) : total + static_cast<double>(norm) * norm;
   }
   const float total_norm = static_cast<float>(kInfNorm ? total : sqrt(total));
@@ -93,8 +94,8 @@ double clip_grad_norm_cuda(const std::vector<ClipGradCudaTensor>& grads, double 
                            bool error_if_nonfinite) {
   if (grads.empty()) return 0.0;
   for (const ClipGradCudaTensor& g : grads)
-    HG_CHECK(g.grad != nullptr && g.numel >= 0 && (g.dtype == kFloat32 || g.dtype == kFloat16),
-             "clip_grad_norm_ (CUDA): gradients must be float32 or float16 device buffers");
+    HG_CHECK(g.grad != nullptr && g.numel >= 0 && multi_tensor::is_multi_tensor_dtype(g.dtype),
+             "clip_grad_norm_ (CUDA): gradients must be float32, float16 or bfloat16 device buffers");
   const auto table = multi_tensor::upload(grads, "clip_grad_norm_ (CUDA)");
   // partials[num_chunks], then result[2]; one allocation.
   Tensor scratch = Tensor::empty({table.num_chunks + 2}, kFloat32, Device::CUDA);

@@ -9,7 +9,7 @@
 
 namespace halfgrad::optim {
 
-/// One gradient: `numel` elements of Float32 or Float16 (any layout: the norm and the scaling are
+/// One gradient: `numel` elements of Float32, Float16 or BFloat16 (any layout: the norm and the scaling are
 /// elementwise), scaled in place.
 struct ClipGradCudaTensor {
   void* grad;

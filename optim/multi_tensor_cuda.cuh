@@ -85,15 +85,20 @@ Table<Entry> upload(const std::vector<Entry>& entries, const char* op) {
 
 // ---- device helpers ------------------------------------------------------------------------------
 
-/// Element i of a Float32 or Float16 buffer, as float (exact).
+/// Element i of a Float32, Float16 or BFloat16 buffer, as float (exact).
 __device__ __forceinline__ float load_float(const void* p, Dtype d, int64_t i) {
-  return d == Dtype::Float16 ? __half2float(static_cast<const __half*>(p)[i]) : static_cast<const float*>(p)[i];
+  if (d == Dtype::Float16) return cuda::to_float(static_cast<const __half*>(p)[i]);
+  if (d == Dtype::BFloat16) return cuda::to_float(static_cast<const __nv_bfloat16*>(p)[i]);
+  return static_cast<const float*>(p)[i];
 }
-/// Store v into a Float32 buffer, or round it once (nearest even) into a Float16 one.
+/// Store v into a Float32 buffer, or round it once (nearest even) into a Float16 / BFloat16 one.
 __device__ __forceinline__ void store_float(void* p, Dtype d, int64_t i, float v) {
-  if (d == Dtype::Float16) static_cast<__half*>(p)[i] = __float2half_rn(v);
+  if (d == Dtype::Float16) static_cast<__half*>(p)[i] = cuda::from_float<__half>(v);
+  else if (d == Dtype::BFloat16) static_cast<__nv_bfloat16*>(p)[i] = cuda::from_float<__nv_bfloat16>(v);
   else static_cast<float*>(p)[i] = v;
 }
+/// The dtypes load_float / store_float take.
+inline bool is_multi_tensor_dtype(Dtype d) { return d == kFloat32 || is_reduced_float(d); }
 /// The device-side skip of mixed precision: true when a GradScaler's found_inf flag is set.
 __device__ __forceinline__ bool skip_step(const float* found_inf) { return found_inf != nullptr && *found_inf != 0.0f; }
 

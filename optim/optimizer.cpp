@@ -58,10 +58,10 @@ void OptimizerParamState::from_json(const json_checked::Field& j, StateTensorCod
 }
 
 void OptimizerParamState::check_matches(const Tensor& param, const std::string& where) const {
-  HG_CHECK(master.defined() == (param.dtype() == kFloat16),
+  HG_CHECK(master.defined() == is_reduced_float(param.dtype()),
            where << " (" << dtype_name(param.dtype()) << " " << shape_str(param.shape()) << "): "
-                 << (master.defined() ? "the saved state has a master weight but the parameter is not float16"
-                                      : "the parameter is float16 but the saved state has no master weight"));
+                 << (master.defined() ? "the saved state has a master weight but the parameter is not float16 or bfloat16"
+                                      : "the parameter is 16-bit but the saved state has no master weight"));
   check_buffer(master, "master", param, where);
 }
 
@@ -113,12 +113,12 @@ void Optimizer::add_param_group(const OptimizerParamGroup& group) {
   for (size_t i = 0; i < group.params().size(); ++i) {
     const Tensor& p = group.params()[i];
     HG_CHECK(p.defined(), name_ << ": parameter " << i << " of a group is an undefined Tensor");
-    HG_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat16 || p.dtype() == kFloat64,
+    HG_CHECK(is_floating(p.dtype()),
              name_ << ": can only optimize floating-point tensors; parameter " << i << " is " << dtype_name(p.dtype()));
     HG_CHECK(p.is_leaf(), name_ << ": can't optimize a non-leaf Tensor (parameter " << i << ", produced by '"
                                 << p.grad_fn()->name << "')");
     HG_CHECK(p.device() == Device::CPU || p.dtype() != kFloat64,
-             name_ << ": parameter " << i << " is a float64 CUDA tensor; CUDA parameters are float32 or float16");
+             name_ << ": parameter " << i << " is a float64 CUDA tensor; CUDA parameters are float32, float16 or bfloat16");
     HG_CHECK(seen.insert(p.impl()).second, name_ << ": some parameters appear in more than one parameter group");
   }
   OptimizerParamGroup g = group;
@@ -237,14 +237,14 @@ void Optimizer::load_state_dict_with(const nlohmann::json& sd, StateTensorCodec&
 // ---- master weights ---------------------------------------------------------------------------
 
 Tensor Optimizer::update_target(const Tensor& param, OptimizerParamState& state) {
-  if (param.dtype() != kFloat16) return param;
-  if (!state.master.defined()) state.master = param.cast_copy(kFloat32);  // exact: every half is a float
+  if (!is_reduced_float(param.dtype())) return param;
+  if (!state.master.defined()) state.master = param.cast_copy(kFloat32);  // exact: every half / bf16 is a float
   return state.master;
 }
 
 void Optimizer::write_back(const Tensor& param, const OptimizerParamState& state) {
-  if (param.dtype() != kFloat16) return;
-  float_to_half_array(state.master.data<float>(), param.data<uint16_t>(), static_cast<size_t>(param.numel()));
+  if (!is_reduced_float(param.dtype())) return;
+  float_to_reduced_array(param.dtype(), state.master.data<float>(), param.raw_data(), static_cast<size_t>(param.numel()));
 }
 
 Tensor Optimizer::grad_as(const Tensor& grad, Dtype d) { return grad.dtype() == d ? grad : grad.cast_copy(d); }
@@ -255,8 +255,8 @@ Tensor Optimizer::cuda_grad_for(const Tensor& param, const Tensor& grad) const {
   HG_CHECK(grad.device() == param.device(), name_ << ": the gradient of a parameter of shape " << shape_str(param.shape())
                                                   << " is on " << device_name(grad.device()) << " but the parameter is on "
                                                   << device_name(param.device()));
-  HG_CHECK(grad.dtype() == kFloat32 || grad.dtype() == kFloat16,
-           name_ << ": CUDA gradients must be float32 or float16, got " << dtype_name(grad.dtype()));
+  HG_CHECK(grad.dtype() == kFloat32 || is_reduced_float(grad.dtype()),
+           name_ << ": CUDA gradients must be float32, float16 or bfloat16, got " << dtype_name(grad.dtype()));
   return grad.format_copy(param.memory_format());
 }
 

@@ -15,10 +15,12 @@
 // parameter never moves. For a Float16 parameter the optimizer therefore keeps an FP32 copy (the
 // master weight, created from the parameter on its first update), keeps its moments in FP32, applies
 // the update to the master, and writes the master rounded to half (nearest-even) back into the
-// parameter. Gradients may be Float16 or Float32; they are converted to the update's precision
-// first. Float32 parameters are updated in place in FP32, Float64 ones in FP64.
+// parameter. BFloat16 parameters are handled the same way (their spacing near 1.0 is 2^-7, worse
+// still), with the master rounded to bfloat16. Gradients may be Float16, BFloat16 or Float32; they are
+// converted to the update's precision first. Float32 parameters are updated in place in FP32, Float64
+// ones in FP64.
 //
-// CUDA parameters (Float32 or Float16): the same update, in one fused launch over every CUDA parameter of
+// CUDA parameters (Float32, Float16 or BFloat16): the same update, in one fused launch over every CUDA parameter of
 // every group (each tensor carries its own group's hyperparameters in the launch's table; see
 // optim/multi_tensor_cuda.cuh). Their state (moments, masters) lives on the parameter's device, in its
 // memory format. A gradient must be on its parameter's device. CPU and CUDA parameters may be mixed.
@@ -79,7 +81,7 @@ class StateTensorCodec {
   virtual Tensor get(const json_checked::Field& j) = 0;
 };
 
-/// Per-parameter state. `master` is the FP32 master weight of a Float16 parameter (undefined for
+/// Per-parameter state. `master` is the FP32 master weight of a Float16 / BFloat16 parameter (undefined for
 /// Float32 / Float64 parameters, which are updated in place).
 struct OptimizerParamState {
   virtual ~OptimizerParamState() = default;
@@ -88,15 +90,16 @@ struct OptimizerParamState {
   virtual nlohmann::json to_json(StateTensorCodec& codec, const std::string& index) const;
   /// Read back what to_json wrote; errors as OptimizerOptions::from_json.
   virtual void from_json(const json_checked::Field& j, StateTensorCodec& codec);
-  /// Throws unless the loaded state fits `param`: a master exactly when the parameter is Float16,
-  /// and buffers of the parameter's shape in its update dtype (FP32 for a Float16 parameter).
+  /// Throws unless the loaded state fits `param`: a master exactly when the parameter is Float16 or
+  /// BFloat16, and buffers of the parameter's shape in its update dtype (FP32 for a 16-bit parameter).
   virtual void check_matches(const Tensor& param, const std::string& where) const;
   /// Every tensor of the state (defined or not), for moving it to a parameter's device on load.
   virtual std::vector<Tensor*> tensors() { return {&master}; }
 
  protected:
-  /// The dtype the update computes in for a parameter: Float32 for Float16 (master weights), else its own.
-  static Dtype update_dtype(const Tensor& param) { return param.dtype() == kFloat16 ? kFloat32 : param.dtype(); }
+    /// The dtype the update computes in for a parameter: Float32 for Float16 / BFloat16 (master weights),
+  /// else its own.
+  static Dtype update_dtype(const Tensor& param) { return is_reduced_float(param.dtype()) ? kFloat32 : param.dtype(); }
   /// Throws unless `buffer` is undefined or has `param`'s shape and update dtype.
   static void check_buffer(const Tensor& buffer, const char* name, const Tensor& param, const std::string& where);
 };
@@ -198,9 +201,9 @@ class Optimizer {
   }
 
   /// The tensor the update reads and writes in place: `param` itself for Float32 / Float64, the FP32
-  /// master copy in `state` for Float16 (created from the parameter's values the first time).
+  /// master copy in `state` for Float16 / BFloat16 (created from the parameter's values the first time).
   static Tensor update_target(const Tensor& param, OptimizerParamState& state);
-  /// After the update: round the master into a Float16 parameter (a no-op for the others).
+  /// After the update: round the master into a Float16 / BFloat16 parameter (a no-op for the others).
   static void write_back(const Tensor& param, const OptimizerParamState& state);
   /// `grad` in dtype `d` (itself when it already is; a converted copy otherwise).
   static Tensor grad_as(const Tensor& grad, Dtype d);

@@ -101,7 +101,7 @@ void SGD::step() {
       mark_updated(param, state);  // the update below writes them in place
 #ifdef HALFGRAD_CUDA
       if (param.is_cuda()) {
-        update_target(param, state);  // creates the FP32 master of a Float16 parameter
+        update_target(param, state);  // creates the FP32 master of a Float16 / BFloat16 parameter
         const bool use_momentum = options.momentum() != 0.0;
         const bool first = !state.momentum_buffer.defined();
         if (use_momentum && first) {
@@ -119,7 +119,7 @@ void SGD::step() {
         continue;
       }
 #endif
-      Tensor target = update_target(param, state);  // the FP32 master for a Float16 parameter
+      Tensor target = update_target(param, state);  // the FP32 master for a Float16 / BFloat16 parameter
       const Dtype d = target.dtype();
       const bool first = !state.momentum_buffer.defined();
       if (options.momentum() != 0.0 && first) state.momentum_buffer = Tensor::empty(param.shape(), d);

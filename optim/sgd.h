@@ -9,7 +9,7 @@
 //     d = d + momentum * buf   (nesterov)   or   d = buf
 //   p = p + (-lr) * d
 // Elementwise in the parameter's precision (FP32, or FP64), each double scalar rounded to it first.
-// A Float16 parameter is updated through an FP32 master weight and FP32 buffer (optimizer.h).
+// A Float16 or BFloat16 parameter is updated through an FP32 master weight and FP32 buffer (optimizer.h).
 #pragma once
 #include "optim/optimizer.h"
 

@@ -9,7 +9,7 @@
 // (NCDHW or NDHWC; the update is elementwise, sgd.cpp converts a gradient whose layout differs).
 // Parallel mapping: the multi-tensor chunk table (multi_tensor_cuda.cuh): one block per chunk of
 // 65536 elements, grid-stride over chunks; one thread per element within a chunk.
-// Precision: FP32 throughout; Float16 gradients are widened exactly; a Float16 parameter's FP32
+// Precision: FP32 throughout; Float16 / BFloat16 gradients are widened exactly; a 16-bit parameter's FP32
 // master is updated and rounded once (nearest even) into the parameter.
 // Mixed precision: with GradScaler's found_inf flag set the kernel returns before touching memory.
 #include "optim/multi_tensor_cuda.cuh"
@@ -53,11 +53,10 @@ void sgd_step_cuda(const std::vector<SGDCudaTensor>& tensors, const float* found
   for (const SGDCudaTensor& t : tensors) {
     HG_CHECK(t.param != nullptr && t.grad != nullptr && t.numel >= 0,
              "SGD (CUDA): a parameter entry has a null buffer or a negative numel");
-    HG_CHECK((t.param_dtype == kFloat32 || t.param_dtype == kFloat16) &&
-                 (t.grad_dtype == kFloat32 || t.grad_dtype == kFloat16),
-             "SGD (CUDA): parameters and gradients must be float32 or float16");
-    HG_CHECK((t.param_dtype == kFloat16) == (t.master != nullptr),
-             "SGD (CUDA): a float16 parameter needs its FP32 master (and a float32 one has none)");
+    HG_CHECK(multi_tensor::is_multi_tensor_dtype(t.param_dtype) && multi_tensor::is_multi_tensor_dtype(t.grad_dtype),
+             "SGD (CUDA): parameters and gradients must be float32, float16 or bfloat16");
+    HG_CHECK(is_reduced_float(t.param_dtype) == (t.master != nullptr),
+             "SGD (CUDA): a float16 / bfloat16 parameter needs its FP32 master (and a float32 one has none)");
     HG_CHECK(!t.s.use_momentum || t.momentum_buffer != nullptr, "SGD (CUDA): momentum without a momentum buffer");
   }
   const auto table = multi_tensor::upload(tensors, "SGD (CUDA)");

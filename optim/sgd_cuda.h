@@ -23,9 +23,9 @@ struct SGDStepScalars {
 
 /// One parameter. Every buffer has `numel` elements in the parameter's memory format.
 struct SGDCudaTensor {
-  void* param;              // Float32, or Float16
-  float* master;            // FP32 master of a Float16 parameter; null for Float32
-  const void* grad;         // Float32 or Float16
+  void* param;              // Float32, Float16 or BFloat16
+  float* master;            // FP32 master of a Float16 / BFloat16 parameter; null for Float32
+  const void* grad;         // Float32, Float16 or BFloat16
   float* momentum_buffer;   // FP32; null when momentum == 0
   int64_t numel;
   Dtype param_dtype, grad_dtype;

@@ -49,9 +49,9 @@ std::vector<uint8_t> base64_decode(const std::string& text, const std::string& w
 }
 
 static Dtype dtype_from_name(const std::string& name, const std::string& where) {
-  for (Dtype d : {kFloat32, kFloat16, kFloat64, kInt64})
+  for (Dtype d : kAllDtypes)
     if (name == dtype_name(d)) return d;
-  HG_FAIL(where << ": unknown dtype \"" << name << "\"; expected float32, float16, float64 or int64");
+  HG_FAIL(where << ": unknown dtype \"" << name << "\"; expected float32, float16, bfloat16, float64 or int64");
 }
 
 nlohmann::json tensor_to_json(const Tensor& t) {

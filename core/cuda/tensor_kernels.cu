@@ -3,8 +3,9 @@
 //   permute_channels: a 32x32 tile of the (C, S) matrix of one sample goes through shared memory so
 //   that both the read and the write are coalesced (the classic transpose; the row is padded by one
 //   element so that the column reads of the tile hit 32 different banks).
-// Precision: conversions round to nearest even (__float2half_rn); f64 -> f16 goes through f32 like
-// the CPU path (tensor.cpp) and PyTorch.
+// Precision: conversions round to nearest even (__float2half_rn, __float2bfloat16_rn); f64 -> f16/bf16
+// goes through f32 like the CPU path (tensor.cpp) and PyTorch. (One difference from the CPU: a NaN
+// converted to bf16 keeps its sign here, while core/bfloat16.h, as c10, gives +NaN 0x7fc0.)
 #include "core/cuda/check.cuh"
 #include "core/cuda/tensor_kernels.h"
 
@@ -14,12 +15,13 @@ namespace {
 template <typename T>
 __device__ __forceinline__ double load_as_double(const T* p, int64_t i) { return static_cast<double>(p[i]); }
 template <>
-__device__ __forceinline__ double load_as_double<__half>(const __half* p, int64_t i) { return __half2float(p[i]); }
-template <typename T>
-__device__ __forceinline__ void store_from_double(T* p, int64_t i, double v) { p[i] = static_cast<T>(v); }
+__device__ __forceinline__ double load_as_double<__half>(const __half* p, int64_t i) { return to_float(p[i]); }
 template <>
-__device__ __forceinline__ void store_from_double<__half>(__half* p, int64_t i, double v) {
-  p[i] = __float2half_rn(static_cast<float>(v));
+__device__ __forceinline__ double load_as_double<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) { return to_float(p[i]); }
+template <typename T>
+__device__ __forceinline__ void store_from_double(T* p, int64_t i, double v) {
+  if constexpr (is_reduced_float_v<T>) p[i] = from_float<T>(static_cast<float>(v));
+  else p[i] = static_cast<T>(v);
 }
 
 template <typename T>
@@ -32,14 +34,16 @@ __global__ void convert_kernel(const S* s, D* d, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     store_from_double(d, i, load_as_double(s, i));
 }
-// The hot pair (autocast casts) without the detour through double.
-__global__ void f32_to_f16_kernel(const float* s, __half* d, int64_t n) {
+// The hot pairs (autocast casts: f32 <-> f16 / bf16) without the detour through double.
+template <typename T>
+__global__ void f32_to_reduced_kernel(const float* s, T* d, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    d[i] = __float2half_rn(s[i]);
+    d[i] = from_float<T>(s[i]);
 }
-__global__ void f16_to_f32_kernel(const __half* s, float* d, int64_t n) {
+template <typename T>
+__global__ void reduced_to_f32_kernel(const T* s, float* d, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    d[i] = __half2float(s[i]);
+    d[i] = to_float(s[i]);
 }
 
 constexpr int kTile = 32;
@@ -86,6 +90,7 @@ void dispatch(Dtype d, F&& f) {
     case kFloat16: f(__half{}); break;
     case kFloat64: f(double{}); break;
     case kInt64: f(int64_t{}); break;
+    case kBFloat16: f(__nv_bfloat16{}); break;
   }
 }
 
@@ -96,7 +101,7 @@ void fill(void* p, Dtype dtype, int64_t n, double value) {
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     T v;
-    if constexpr (std::is_same_v<T, __half>) v = __float2half_rn(static_cast<float>(value));
+    if constexpr (is_reduced_float_v<T>) v = from_float<T>(static_cast<float>(value));
     else v = static_cast<T>(value);
     fill_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<T*>(p), n, v);
   });
@@ -110,9 +115,13 @@ void convert(const void* src, Dtype sd, void* dst, Dtype dd, int64_t n) {
     return;
   }
   if (sd == kFloat32 && dd == kFloat16) {
-    f32_to_f16_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<const float*>(src), static_cast<__half*>(dst), n);
+    f32_to_reduced_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<const float*>(src), static_cast<__half*>(dst), n);
+  } else if (sd == kFloat32 && dd == kBFloat16) {
+    f32_to_reduced_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<const float*>(src), static_cast<__nv_bfloat16*>(dst), n);
   } else if (sd == kFloat16 && dd == kFloat32) {
-    f16_to_f32_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<const __half*>(src), static_cast<float*>(dst), n);
+    reduced_to_f32_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<const __half*>(src), static_cast<float*>(dst), n);
+  } else if (sd == kBFloat16 && dd == kFloat32) {
+    reduced_to_f32_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<const __nv_bfloat16*>(src), static_cast<float*>(dst), n);
   } else {
     dispatch(sd, [&](auto s) {
       dispatch(dd, [&](auto d) {
@@ -148,6 +157,7 @@ void accumulate(void* dst, const void* src, Dtype dtype, int64_t n) {
   switch (dtype) {
     case kFloat32: accumulate_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<float*>(dst), static_cast<const float*>(src), n); break;
     case kFloat16: accumulate_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<__half*>(dst), static_cast<const __half*>(src), n); break;
+    case kBFloat16: accumulate_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<__nv_bfloat16*>(dst), static_cast<const __nv_bfloat16*>(src), n); break;
     case kFloat64: accumulate_f64_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<double*>(dst), static_cast<const double*>(src), n); break;
     default: HG_FAIL("accumulate: " << dtype_name(dtype) << " is not a floating type");
   }

@@ -84,6 +84,10 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   train->add_option("--batch", t.batch, "batch size (default: the recipe's)")->transform(decimal_integer(1, kMaxBatch));
   train->add_option("--lr", t.lr, "peak AdamW learning rate (default: the recipe's)")->transform(finite_number(0, true));
   train->add_flag("--amp", t.amp, "mixed precision: autocast (FP16 conv, FP32 accumulate) and GradScaler (= --opt-level O1)");
+  train->add_option("--amp-dtype", t.amp_dtype,
+                    "autocast's lower dtype with --amp / --opt-level O1: fp16 (default; with GradScaler) or bf16 "
+                    "(FP32's exponent range, so no GradScaler: it is disabled)")
+      ->check(CLI::IsMember({"fp16", "bf16"}));
   train->add_option("--opt-level", t.opt_level,
                     "O0 FP32; O1 autocast + GradScaler; O2 FP16 weights, FP32 norms and master weights; O3 pure FP16");
   train->add_option("--fp32-op", t.fp32_ops, "run this op kind in FP32 under autocast (repeatable; e.g. conv_transpose3d)");

@@ -204,7 +204,7 @@ int run_predict(const PredictArgs& a) {
       ProgressBar bar("  " + j.name, plan.num_tiles() * mirror_passes(sw), a.progress);
       const Network net = [&](const Tensor& x) {
         NoGradGuard no_grad;
-        amp::AutocastGuard autocast(tm.mp.autocast);
+        amp::AutocastGuard autocast(tm.mp.autocast_options());
         return (*tm.model)(tm.mp.cast_input(where.input(x)));
       };
       const Tensor logits = sliding_window_logits(net, image, sw, [&](int64_t done, int64_t) {

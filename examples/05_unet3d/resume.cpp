@@ -20,6 +20,7 @@ nlohmann::json train_args_to_json(const TrainArgs& a) {
           {"lr", a.lr},
           {"amp", a.amp},
           {"opt_level", a.opt_level},
+          {"amp_dtype", a.amp_dtype},
           {"fp32_ops", a.fp32_ops},
           {"fp32_modules", a.fp32_modules},
           {"seed", std::to_string(a.seed)},  // a string: JSON readers differ on integers past 2^63
@@ -44,6 +45,9 @@ TrainArgs train_args_from_json(const Field& j) {
   a.lr = j["lr"].as_number();
   a.amp = j["amp"].as_bool();
   a.opt_level = j["opt_level"].as_string();
+  a.amp_dtype = j.has("amp_dtype") ? j["amp_dtype"].as_string() : "fp16";  // runs saved before --amp-dtype
+  HG_CHECK(a.amp_dtype == "fp16" || a.amp_dtype == "bf16",
+           j.where() << ": field 'amp_dtype' is \"" << a.amp_dtype.substr(0, 24) << "\"; expected \"fp16\" or \"bf16\"");
   a.fp32_ops = j["fp32_ops"].as_string_list();
   a.fp32_modules = j["fp32_modules"].as_string_list();
   const std::string seed = j["seed"].as_string();

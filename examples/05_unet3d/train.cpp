@@ -72,7 +72,7 @@ static std::vector<double> validate(nn::UNet3d& model, const std::vector<SegVolu
                                     const std::function<void(const SegVolume&, const Tensor&)>& on_volume = {}) {
   model.eval();
   NoGradGuard no_grad;
-  amp::AutocastGuard autocast(mp.autocast);
+  amp::AutocastGuard autocast(mp.autocast_options());
   std::vector<double> sum(num_classes - 1, 0.0);
   for (const SegVolume& v : vols) {
     const Shape s = v.image.shape();
@@ -88,11 +88,15 @@ static std::vector<double> validate(nn::UNet3d& model, const std::vector<SegVolu
 }
 
 // --opt-level, or its alias --amp (O1); both given must agree.
+// --amp-dtype bf16 is autocast's lower dtype, so it needs O1 (O2/O3 cast the weights to FP16 instead).
 static amp::OptLevel resolve_opt_level(const TrainArgs& a) {
-  if (a.opt_level.empty()) return a.amp ? amp::OptLevel::O1 : amp::OptLevel::O0;
-  const amp::OptLevel level = amp::opt_level_from_name(a.opt_level);
+  const amp::OptLevel level = a.opt_level.empty() ? (a.amp ? amp::OptLevel::O1 : amp::OptLevel::O0)
+                                                  : amp::opt_level_from_name(a.opt_level);
   HG_CHECK(!a.amp || level == amp::OptLevel::O1, "halfgrad-unet3d train: --amp means --opt-level O1, but --opt-level "
                                                      << a.opt_level << " was given too; pass one of them");
+  HG_CHECK(a.amp_dtype != "bf16" || level == amp::OptLevel::O1,
+           "halfgrad-unet3d train: --amp-dtype bf16 chooses autocast's lower dtype, so it needs --amp (--opt-level "
+           "O1); at " << amp::opt_level_name(level) << " there is no autocast region to lower");
   return level;
 }
 
@@ -162,7 +166,13 @@ int run_train(const TrainArgs& cli_args) {
 
   optim::AdamWOptions adamw = optim::AdamWOptions().lr(r.lr).weight_decay(r.weight_decay);
   amp::GradScalerOptions scaler_options;
-  const amp::OptLevelSetup mp = amp::apply_opt_level(level, *model, adamw, scaler_options);
+  amp::OptLevelSetup mp = amp::apply_opt_level(level, *model, adamw, scaler_options);
+  if (a.amp_dtype == "bf16") {  // resolve_opt_level checked the level is O1
+    mp.autocast_dtype = kBFloat16;
+    scaler_options.enabled(false);
+    std::cout << "amp: autocast lowers to bfloat16; GradScaler disabled (BF16 has FP32's exponent range, so its "
+                 "gradients need no loss scaling)" << std::endl;
+  }
   apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, model.get());
   model->to(where.device);  // before the optimizer: its state is made on the parameters' device
   if (where.device == Device::CUDA)
@@ -263,7 +273,7 @@ int run_train(const TrainArgs& cli_args) {
       Tensor loss;
       {
         NvtxRange nvtx_range("forward");
-        amp::AutocastGuard autocast(mp.autocast);
+        amp::AutocastGuard autocast(mp.autocast_options());
         // The loss in FP32 at every level (O2/O3 logits are FP16; under O1 the loss is on autocast's
         // FP32 list anyway).
         loss = ops::segmentation_loss((*model)(mp.cast_input(x)).to(kFloat32), y);
@@ -354,6 +364,7 @@ int run_train(const TrainArgs& cli_args) {
       // (no times), so that same options and seed give the same bytes.
       const nlohmann::json model_meta = {{"recipe", r.name},        {"model", r.model.to_json()}, {"epoch", epoch},
                                          {"amp", level != amp::OptLevel::O0}, {"opt_level", amp::opt_level_name(level)},
+                                         {"amp_dtype", mp.autocast_dtype == kBFloat16 ? "bf16" : "fp16"},
                                          {"fp32_ops", a.fp32_ops},  {"fp32_modules", a.fp32_modules},
                                          {"volume_shape", r.volume_shape},
                                          {"class_names", data.class_names}, {"val_mean_dice", mean}};

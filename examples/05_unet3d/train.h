@@ -17,6 +17,7 @@ struct TrainArgs {
   double lr = -1;
   bool amp = false;        // autocast (FP16 conv operands, FP32 accumulation) + GradScaler: --opt-level O1
   std::string opt_level;   // "O0".."O3" (amp/opt_level.h); empty = O1 with --amp, else O0
+  std::string amp_dtype = "fp16";  // --amp-dtype fp16|bf16: autocast's lower dtype (O1); bf16 drops the GradScaler
   std::vector<std::string> fp32_ops;      // op kinds moved to autocast's FP32 list (amp::op_kind_name)
   std::vector<std::string> fp32_modules;  // module-name prefixes run in FP32 under autocast
   uint64_t seed = 0;

@@ -126,6 +126,10 @@ TrainedModel load_trained_model(const std::string& path_or_dir, const Placement&
             : (m.has("amp") && m["amp"].as_bool()) ? amp::OptLevel::O1
                                                    : amp::OptLevel::O0;
   t.mp = amp::apply_opt_level_to_model(t.level, *t.model);
+  // Autocast's lower dtype (train --amp-dtype; checkpoints from before it are FP16).
+  const std::string amp_dtype = m.has("amp_dtype") ? m["amp_dtype"].as_string() : "fp16";
+  if (amp_dtype != "fp16" && amp_dtype != "bf16") m["amp_dtype"].fail("is \"" + amp_dtype.substr(0, 24) + "\"; expected \"fp16\" or \"bf16\"");
+  if (amp_dtype == "bf16") t.mp.autocast_dtype = kBFloat16;
   nn::load_checkpoint(path, *t.model);
   t.model->to(where.device);
   apply_fp32_lists(t.level, m.has("fp32_ops") ? m["fp32_ops"].as_string_list() : std::vector<std::string>{},

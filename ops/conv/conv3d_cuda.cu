@@ -131,6 +131,10 @@ bool tensor_core_operand(Dtype dt, igemm::TcOperand* type) {
     *type = igemm::TcOperand::Half;
     return true;
   }
+  if (dt == kBFloat16) {
+    *type = igemm::TcOperand::BFloat16;
+    return true;
+  }
   return false;
 }
 
@@ -152,10 +156,10 @@ void check_conv_operands(const char* op, const ConvGeometry& g, const Tensor& t,
   HG_CHECK(t.is_cuda() && w.is_cuda(), op << ": " << what << " and weight must be CUDA tensors");
   HG_CHECK(t.shape() == want, op << ": " << what << " " << shape_str(t.shape()) << " does not match the geometry "
                                  << shape_str(want) << " (weight " << shape_str(w.shape()) << ")");
-  HG_CHECK(w.dtype() == kFloat16 || w.dtype() == kFloat32,
-           op << ": weight " << shape_str(w.shape()) << " must be float16 or float32, got " << dtype_name(w.dtype()));
+  HG_CHECK(is_reduced_float(w.dtype()) || w.dtype() == kFloat32,
+           op << ": weight " << shape_str(w.shape()) << " must be float16, bfloat16 or float32, got " << dtype_name(w.dtype()));
   HG_CHECK(is_floating(t.dtype()) && t.dtype() != kFloat64,
-           op << ": " << what << " " << shape_str(t.shape()) << " must be float16 or float32, got " << dtype_name(t.dtype()));
+           op << ": " << what << " " << shape_str(t.shape()) << " must be float16, bfloat16 or float32, got " << dtype_name(t.dtype()));
 }
 
 // The implicit GEMM both conv3d's fprop and its input gradient are: gather `src` (channels-last) by
@@ -208,7 +212,7 @@ Tensor cuda_conv3d_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& d
               << " do not match the geometry (Cin " << g.cin << ", Cout " << g.cout << ", kernel ("
               << g.k[0] << ", " << g.k[1] << ", " << g.k[2] << "))");
   const Dtype dt = x.dtype();
-  HG_CHECK(dt == kFloat16 || dt == kFloat32, op << ": input must be float16 or float32, got " << dtype_name(dt));
+  HG_CHECK(is_reduced_float(dt) || dt == kFloat32, op << ": input must be float16, bfloat16 or float32, got " << dtype_name(dt));
   const Tensor xs = to_channels_last(x, dt), dys = to_channels_last(dy, dt);
   const Gather ga = make_gather(xs, g, /*transposed=*/false, op);
   const int cout = as_int(g.cout, op, "output channels");

@@ -1,12 +1,11 @@
 // conv3d_cuda.h - conv3d and conv_transpose3d on CUDA tensors (plain C++; defined in the .cu files of
 // ops/conv/). conv3d.cpp calls these from its forward and backward when the input is on CUDA.
 //
-// Every function takes CUDA tensors of one floating dtype (float32 or float16; dy may differ and is
-// cast to the weight's dtype), in either memory format, and works in channels-last (NDHWC)
-// internally (format_copy when a tensor is NCDHW). FP16 runs on Tensor Cores (FP16 operands, FP32
-// accumulation, output rounded once); FP32 runs on FFMA. The Tensor Core kernels are also built for
-// BF16 operands (conv_igemm.cuh's TcOperand), reached once a bfloat16 dtype maps to them in
-// tensor_core_operand and the dtype dispatch (core/cuda/tensor_access.cuh). Kernels, math and layouts:
+// Every function takes CUDA tensors of one floating dtype (float32, float16 or bfloat16; dy may differ
+// and is cast to the weight's dtype), in either memory format, and works in channels-last (NDHWC)
+// internally (format_copy when a tensor is NCDHW). FP16 and BF16 run on Tensor Cores (16-bit
+// operands, FP32 accumulation, output rounded once; conv_igemm.cuh's TcOperand, picked by
+// tensor_core_operand); FP32 runs on FFMA. Kernels, math and layouts:
 //   conv_igemm.cuh        the implicit-GEMM view (gathers), shared primitives, pointer launchers
 //   conv3d_fprop_cuda.cu  Tensor Core implicit GEMM: fprop, dgrad, conv_transpose3d forward
 //   conv3d_wgrad_cuda.cu  Tensor Core weight gradient (split over M, deterministic sum)

@@ -75,7 +75,7 @@ Tensor cuda_conv_transpose3d_fprop(const ConvGeometry& g, const Tensor& x, const
   HG_CHECK(x.shape() == Shape({g.n, g.cout, g.od, g.oh, g.ow}) &&
                w.shape() == Shape({g.cout, g.cin, g.k[0], g.k[1], g.k[2]}),
            op << ": input " << shape_str(x.shape()) << " / weight " << shape_str(w.shape()) << " do not match the geometry");
-  HG_CHECK(w.dtype() == kFloat16 || w.dtype() == kFloat32, op << ": weight must be float16 or float32");
+  HG_CHECK(is_reduced_float(w.dtype()) || w.dtype() == kFloat32, op << ": weight must be float16, bfloat16 or float32");
   HG_CHECK(!b.defined() || (b.is_cuda() && b.numel() == g.cin), op << ": bias must be a CUDA tensor of " << g.cin << " elements");
   // Disjoint windows that tile y exactly: kernel == stride, dilation 1, padding 0 on every axis, and
   // no output_padding (y's extents are x's times the kernel).
@@ -114,8 +114,8 @@ Tensor cuda_conv_transpose3d_fprop(const ConvGeometry& g, const Tensor& x, const
 
 Tensor cuda_channel_sums(const Tensor& t) {
   const char* op = "bias gradient (channel sums)";
-  HG_CHECK(t.is_cuda() && t.dim() >= 2 && (t.dtype() == kFloat16 || t.dtype() == kFloat32),
-           op << ": needs a float16/float32 CUDA tensor (N, C, ...), got " << shape_str(t.shape()));
+  HG_CHECK(t.is_cuda() && t.dim() >= 2 && (is_reduced_float(t.dtype()) || t.dtype() == kFloat32),
+           op << ": needs a float16/bfloat16/float32 CUDA tensor (N, C, ...), got " << shape_str(t.shape()));
   const int64_t C = t.size(1);
   Tensor out = Tensor::empty({C}, t.dtype(), Device::CUDA);
   if (C == 0) return out;

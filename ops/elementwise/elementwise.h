@@ -2,7 +2,8 @@
 //
 // Binary ops take two tensors whose shapes broadcast (aligned from the right, each extent equal or 1;
 // a bias of shape (C, 1, 1, 1) against (N, C, D, H, W), or a 0-d scalar). The output has the
-// broadcast shape and the promoted dtype (f16 < f32 < f64; under autocast: the "promote" list).
+// broadcast shape and the promoted dtype (promote_types: f16, bf16 < f32 < f64, and f16 with bf16
+// gives f32; under autocast: the "promote" list).
 //   add: y = a + b      da = sum_to(dy, a)        db = sum_to(dy, b)
 //   sub: y = a - b      da = sum_to(dy, a)        db = -sum_to(dy, b)
 //   mul: y = a * b      da = sum_to(dy * b, a)    db = sum_to(dy * a, b)

@@ -15,8 +15,8 @@
 //   general                   the output index is split into coordinates over at most kMaxDims
 //                             (merged) dims, each operand's offset is the dot product with its
 //                             strides (0 along broadcast dims).
-// Precision: FP16 loads are widened to FP32, the math is FP32, the result is rounded once
-// (__float2half_rn). exp/log/pow are CUDA's single-precision expf/logf/powf (within 2 ulp of the
+// Precision: FP16 / BF16 loads are widened to FP32, the math is FP32, the result is rounded once
+// (__float2half_rn / __float2bfloat16_rn). exp/log/pow are CUDA's single-precision expf/logf/powf (within 2 ulp of the
 // CPU's std:: functions, far below one FP16 rounding).
 #include <algorithm>
 #include <type_traits>
@@ -162,9 +162,9 @@ __global__ void strided_scale_kernel(const Tin* __restrict__ g, Tout* __restrict
 
 void check_cuda_float(const char* op, const char* what, const Tensor& t) {
   HG_CHECK(t.defined() && t.is_cuda(), op << ": " << what << " must be a CUDA tensor");
-  HG_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat16,
+  HG_CHECK(t.dtype() == kFloat32 || is_reduced_float(t.dtype()),
            op << ": " << what << " " << shape_str(t.shape()) << " is " << dtype_name(t.dtype())
-              << "; the CUDA kernels take float32 or float16");
+              << "; the CUDA kernels take float32, float16 or bfloat16");
 }
 
 // True when `small` is (.., C, 1, 1, 1) right-aligned against the 5-D `out`: one value per channel.
@@ -230,7 +230,8 @@ Tensor binary(const char* op, BinaryOp kind, const Tensor& a, const Tensor& b, c
 
 Tensor unary(const char* op, const Tensor& x, Dtype out, const UnaryFn& fn) {
   check_cuda_float(op, "input", x);
-  HG_CHECK(out == kFloat32 || out == kFloat16, op << ": CUDA output dtype must be float32 or float16, got " << dtype_name(out));
+  HG_CHECK(out == kFloat32 || is_reduced_float(out),
+           op << ": CUDA output dtype must be float32, float16 or bfloat16, got " << dtype_name(out));
   Tensor y = Tensor::empty(x.shape(), out, Device::CUDA, x.memory_format());
   const UnaryDeviceFn f{fn.kind, static_cast<float>(fn.scale), static_cast<float>(fn.shift),
                         static_cast<float>(fn.exponent)};

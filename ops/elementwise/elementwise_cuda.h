@@ -1,5 +1,5 @@
 // elementwise_cuda.h - CUDA launchers of the elementwise ops (plain C++; kernels in elementwise_cuda.cu).
-// Tensor-level: each takes CUDA tensors of float32 or float16 in either memory format and returns a
+// Tensor-level: each takes CUDA tensors of float32, float16 or bfloat16 in either memory format and returns a
 // new CUDA tensor. Errors (halfgrad::Error) name the op and the shapes.
 #pragma once
 #include <vector>
@@ -31,7 +31,7 @@ struct UnaryFn {
   double scale = 1, shift = 0;  // Affine
   double exponent = 1;          // Pow, PowGrad
 };
-/// y = fn(x) elementwise, same shape and memory format as x, dtype `out` (float32 or float16), FP32 math.
+/// y = fn(x) elementwise, same shape and memory format as x, dtype `out` (float32, float16 or bfloat16), FP32 math.
 Tensor unary(const char* op, const Tensor& x, Dtype out, const UnaryFn& fn);
 
 /// y (shape `shape`, `format`, dtype `out`) = scale * g broadcast to `shape` (g's shape broadcasts to

@@ -8,8 +8,8 @@
 // of fewer than kPack elements, and buffers not aligned to a pack, go one element per thread.
 // (Tensor buffers come from the caching allocator, 256-byte aligned, so the pack path is the rule.)
 // Memory-bound: a float32 binary op moves 12 bytes per element, a float16 one 6 bytes.
-// Precision: every functor takes and returns float (FP16 is widened on load and rounded once on
-// store with __float2half_rn).
+// Precision: every functor takes and returns float (FP16 / BF16 is widened on load and rounded once
+// on store: check.cuh's to_float / from_float).
 // Functors are plain structs with a __device__ operator() (the build has no --extended-lambda).
 // For .cu files only (kernels are templates; each .cu instantiates its own).
 #pragma once

@@ -23,6 +23,7 @@
 // Precision: logits float or half (half loaded and computed in FP32, dx rounded once); per-thread
 // sums FP32 over <= 8 positions, everything above FP64 in a fixed order (deterministic).
 #include "core/cuda/check.cuh"
+#include "core/cuda/tensor_access.cuh"
 #include "ops/loss/loss_cuda.h"
 
 #include <type_traits>
@@ -199,20 +200,18 @@ LossGeo make_geo(const Tensor& logits) {
 template <typename F>
 void dispatch(Dtype dt, F&& f) {
   if (dt == kFloat16) f(__half{});
+  else if (dt == kBFloat16) f(__nv_bfloat16{});
   else f(float{});
 }
 
 template <typename T>
-T* dptr(const Tensor& t) {
-  if constexpr (std::is_same_v<T, __half>) return reinterpret_cast<__half*>(t.data<uint16_t>());
-  else return t.data<float>();
-}
+T* dptr(const Tensor& t) { return dev<T>(t); }
 
 void check_args(const LossCudaArgs& a, const Tensor& logits, const Tensor& target) {
   HG_CHECK(logits.is_cuda() && target.is_cuda(),
            a.op << ": logits and target must both be CUDA tensors for the CUDA loss");
-  HG_CHECK(logits.dtype() == kFloat32 || logits.dtype() == kFloat16,
-           a.op << ": CUDA logits must be float32 or float16, got " << dtype_name(logits.dtype()));
+  HG_CHECK(logits.dtype() == kFloat32 || is_reduced_float(logits.dtype()),
+           a.op << ": CUDA logits must be float32, float16 or bfloat16, got " << dtype_name(logits.dtype()));
   HG_CHECK(logits.dim() >= 2 && target.dtype() == kInt64 && !target.is_channels_last() &&
                target.numel() * logits.shape()[1] == logits.numel(),
            a.op << ": logits " << shape_str(logits.shape()) << " and target " << dtype_name(target.dtype()) << " "

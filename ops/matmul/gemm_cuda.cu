@@ -1,4 +1,4 @@
-// gemm_cuda.cu - the FP16 Tensor Core GEMM behind gemm_cuda.h.
+// gemm_cuda.cu - the FP16 / BF16 Tensor Core GEMM behind gemm_cuda.h.
 //
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major; op() is the identity
 // for layout N and the transpose for layout T (shapes and leading dimensions: gemm_cuda.h). There is
@@ -16,7 +16,9 @@
 // tile-rows for L2 reuse. The shapes were chosen by `gemm_bench --sweep` (bench/gemm/README.md).
 //
 // Precision: FP16 operands, FP32 accumulation in the mma registers, alpha/beta applied in FP32,
-// output written as FP32 or rounded once to FP16 (__float2half_rn, round to nearest even).
+// output written as FP32 or rounded once to FP16 (__float2half_rn, round to nearest even). BF16
+// operands (GemmArgs::bf16) run the same kernels with mma.sync's .bf16 type and a BF16 (or FP32)
+// output (__float2bfloat16_rn); loads and ldmatrix move 16-bit words either way.
 //
 // Edges by predication, not padding: a tile that sticks out of the matrix (M, N not multiples of
 // the tile, K not a multiple of 32, K as small as 1) loads zeros for the missing elements straight
@@ -28,7 +30,9 @@
 // Hopper: on a compute capability 9.0 GPU, problems with 128x256 tiles for >= 3/4 of the SMs, M, N, K
 // multiples of 8 and the 16-byte load path run instead on the warpgroup-MMA kernel
 // (ops/matmul/gemm_wgmma.cuh, wgmma.mma_async from swizzled shared memory, all four N/T layouts);
-// mma.sync tops out near half of Hopper's Tensor Core rate. Everything else takes the kernels below.
+// mma.sync tops out near half of Hopper's Tensor Core rate. Everything else takes the kernels below,
+// and so does every BF16 problem: the wgmma kernel is FP16-only for now (its descriptors and
+// instruction would need the .bf16 variant and its own measurement).
 //
 // Two load paths, chosen per call: 16-byte cp.async when lda, ldb are multiples of 8 halfs and A, B
 // are 16-byte aligned (every 16-byte chunk then starts aligned); otherwise 2-byte loads and 2-byte shared
@@ -57,15 +61,15 @@ using LargeTile = GemmTileShape<256, 128, 32, 64, 64, 4, 1, 8, true>;
 using SmallTile = GemmTileShape<64, 128, 32, 32, 64, 4, 2>;
 constexpr int64_t kMinWavesForLarge = 2;
 
-template <class S, bool kATrans, bool kBTrans, bool kVector>
+template <class S, bool kATrans, bool kBTrans, bool kVector, bool kBf16>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) gemm_f16_kernel(GemmProblem p) {
   extern __shared__ __align__(128) uint16_t smem[];
-  gemm_tiles::warp_tiled_gemm_block<S, kATrans, kBTrans, kVector>(p, smem);
+  gemm_tiles::warp_tiled_gemm_block<S, kATrans, kBTrans, kVector, kBf16>(p, smem);
 }
 
-template <class S, bool kATrans, bool kBTrans, bool kVector>
+template <class S, bool kATrans, bool kBTrans, bool kVector, bool kBf16>
 void launch(const GemmProblem& p, const char* op) {
-  auto kernel = gemm_f16_kernel<S, kATrans, kBTrans, kVector>;
+  auto kernel = gemm_f16_kernel<S, kATrans, kBTrans, kVector, kBf16>;
   // Opt in to more than 48 KiB of dynamic shared memory once per instantiation.
   static const bool configured = [&] {
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
@@ -77,19 +81,25 @@ void launch(const GemmProblem& p, const char* op) {
   HG_CUDA_LAUNCH_CHECK(op);
 }
 
-template <class S>
-void launch_shape(const GemmProblem& p, bool at, bool bt, bool vector, const char* op) {
+template <class S, bool kBf16>
+void launch_layouts(const GemmProblem& p, bool at, bool bt, bool vector, const char* op) {
   if (vector) {
-    if (!at && !bt) launch<S, false, false, true>(p, op);
-    if (!at && bt) launch<S, false, true, true>(p, op);
-    if (at && !bt) launch<S, true, false, true>(p, op);
-    if (at && bt) launch<S, true, true, true>(p, op);
+    if (!at && !bt) launch<S, false, false, true, kBf16>(p, op);
+    if (!at && bt) launch<S, false, true, true, kBf16>(p, op);
+    if (at && !bt) launch<S, true, false, true, kBf16>(p, op);
+    if (at && bt) launch<S, true, true, true, kBf16>(p, op);
   } else {
-    if (!at && !bt) launch<S, false, false, false>(p, op);
-    if (!at && bt) launch<S, false, true, false>(p, op);
-    if (at && !bt) launch<S, true, false, false>(p, op);
-    if (at && bt) launch<S, true, true, false>(p, op);
+    if (!at && !bt) launch<S, false, false, false, kBf16>(p, op);
+    if (!at && bt) launch<S, false, true, false, kBf16>(p, op);
+    if (at && !bt) launch<S, true, false, false, kBf16>(p, op);
+    if (at && bt) launch<S, true, true, false, kBf16>(p, op);
   }
+}
+
+template <class S>
+void launch_shape(const GemmProblem& p, bool at, bool bt, bool vector, bool bf16, const char* op) {
+  if (bf16) launch_layouts<S, true>(p, at, bt, vector, op);
+  else launch_layouts<S, false>(p, at, bt, vector, op);
 }
 
 /// Streaming multiprocessors of the current device (looked up once per device).
@@ -143,6 +153,7 @@ void gemm_f16(const GemmArgs& a) {
   p.out.alpha = a.alpha;
   p.out.beta = a.beta;
   p.out.c_half = a.c_half;
+  p.out.c_bf16 = a.bf16;
   p.out.pair_ok = a.ldc % 2 == 0 && aligned(a.C, a.c_half ? 4 : 8);
 
   p.out.quad_ok = a.ldc % 4 == 0 && aligned(a.C, a.c_half ? 8 : 16);
@@ -150,12 +161,12 @@ void gemm_f16(const GemmArgs& a) {
   const bool vector = a.lda % 8 == 0 && a.ldb % 8 == 0 && aligned(a.A, 16) && aligned(a.B, 16);
   const bool at = a.a_layout == GemmLayout::T;
   const bool bt = a.b_layout == GemmLayout::T;
-  if (gemm_wgmma::suits(p, vector, sm_count(op), op)) {
+  if (!a.bf16 && gemm_wgmma::suits(p, vector, sm_count(op), op)) {  // the wgmma kernel is FP16-only
     gemm_wgmma::launch(p, at, bt, op);
   } else if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count(op)) {
-    launch_shape<LargeTile>(p, at, bt, vector, op);
+    launch_shape<LargeTile>(p, at, bt, vector, a.bf16, op);
   } else {
-    launch_shape<SmallTile>(p, at, bt, vector, op);
+    launch_shape<SmallTile>(p, at, bt, vector, a.bf16, op);
   }
 }
 

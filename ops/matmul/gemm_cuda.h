@@ -1,13 +1,14 @@
-// gemm_cuda.h - halfgrad's FP16 Tensor Core GEMM on the GPU (plain C++: no CUDA types or headers).
+// gemm_cuda.h - halfgrad's FP16 / BF16 Tensor Core GEMM on the GPU (plain C++: no CUDA types or headers).
 //
 //   C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C
 //
-// Operands are IEEE half bit patterns (halfgrad stores FP16 as uint16_t), products are summed in FP32,
-// and C is written as FP32 or rounded once to FP16 (c_half). Every matrix is row-major with a leading
+// Operands are IEEE half bit patterns (halfgrad stores FP16 as uint16_t), or bfloat16 bit patterns
+// when `bf16` is set (both A and B; sm_80+), products are summed in FP32, and C is written as FP32 or
+// rounded once to the operands' 16-bit type (c_half: FP16, or BF16 with bf16). Every matrix is row-major with a leading
 // dimension (elements between the starts of two rows):
 //   A, layout N: (M, K), lda >= K          A, layout T: stored (K, M), lda >= M   (op(A) = stored^T)
 //   B, layout N: (K, N), ldb >= N          B, layout T: stored (N, K), ldb >= K   (op(B) = stored^T)
-//   C:           (M, N), ldc >= N, FP32 (float*) or FP16 (uint16_t*) as c_half says
+//   C:           (M, N), ldc >= N, FP32 (float*) or 16-bit (uint16_t*) as c_half says
 // Any M, N, K >= 1. When lda and ldb are multiples of 8 and A and B are 16-byte aligned, tiles are
 // copied with 16-byte asynchronous loads; otherwise with 2-byte loads (same result, slower).
 // beta == 0 never reads C. C must not overlap A or B. Runs on halfgrad::cuda::stream() and returns
@@ -30,13 +31,17 @@ struct GemmArgs {
   GemmLayout b_layout;
   void* C;
   int64_t ldc;
-  bool c_half;
+  bool c_half;        // C is 16-bit (FP16, or BF16 when bf16) rather than FP32
   float alpha = 1;
   float beta = 0;
   const char* op = "gemm";
+  bool bf16 = false;  // A, B (and a 16-bit C) hold bfloat16 bit patterns instead of FP16 ones (last:
+                      // callers fill the fields above positionally)
 };
 
-/// C (M x N, row-major) = alpha * op(A) * op(B) + beta * C, FP16 operands, FP32 accumulation.
+/// C (M x N, row-major) = alpha * op(A) * op(B) + beta * C, FP16 (or, with args.bf16, BF16) operands,
+/// FP32 accumulation. (The name predates BF16; the Hopper wgmma kernel serves FP16 only, BF16 runs
+/// on the mma.sync kernels.)
 void gemm_f16(const GemmArgs& args);
 
 }  // namespace halfgrad::cuda

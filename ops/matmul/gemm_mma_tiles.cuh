@@ -1,4 +1,4 @@
-// gemm_mma_tiles.cuh - the device-side pieces of halfgrad's FP16 Tensor Core GEMM: PTX wrappers
+// gemm_mma_tiles.cuh - the device-side pieces of halfgrad's FP16 / BF16 Tensor Core GEMM: PTX wrappers
 // (cp.async, ldmatrix, mma.sync), the XOR swizzle of shared-memory tiles, the predicated tile
 // loader, and the warp-tiled block computation that ops/matmul/gemm_cuda.cu launches (and that
 // bench/gemm/mma_warp_tiled.cu launches as the top rung of the ladder). Private to ops/matmul/ and
@@ -15,14 +15,18 @@
 // ldmatrix.trans transposes each 8x8 sub-matrix on its way to registers, so an M- or N-contiguous
 // tile gives the same fragments without any transposing copy.
 //
-// Precision: FP16 operands (IEEE half bit patterns, uint16_t), products summed in FP32 in the mma
-// accumulator registers; the result is scaled by alpha (and beta*C added) in FP32 and written either
-// as FP32 or rounded once to FP16 (round to nearest even, __float2half_rn).
+// Precision: FP16 operands (IEEE half bit patterns, uint16_t), or BF16 ones (kBf16: bfloat16 bit
+// patterns, mma.sync's .bf16 type; loads, swizzle and ldmatrix only move 16-bit words, so they are the
+// same), products summed in FP32 in the mma accumulator registers; the result is scaled by alpha (and
+// beta*C added) in FP32 and written either as FP32 or rounded once to the 16-bit type (round to nearest
+// even, __float2half_rn / __float2bfloat16_rn).
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace halfgrad::cuda::gemm_tiles {
 
@@ -78,6 +82,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 ///   d[0..1]: (g, 2t..2t+1)   d[2..3]: (g+8, 2t..2t+1)
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/// The same with bfloat16 operands (same fragment layout; sm_80+).
+__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -167,7 +178,7 @@ __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* g, int
 // ---------------------------------------------------------------------------------------------
 // Epilogue store of two horizontally adjacent results (row, col) and (row, col+1) of C, guarded
 // against the matrix edge. pair_ok: ldc even and C aligned, so the two go out as one 8-byte
-// (FP32) or 4-byte (FP16) store. beta == 0 never reads C (it may hold NaN or garbage).
+// (FP32) or 4-byte (FP16 / BF16) store. beta == 0 never reads C (it may hold NaN or garbage).
 // store_quad does the same for four results (row, col..col+3), used by the shared-memory-staged
 // epilogue; it falls back to two store_pair where the vector does not fit (edge, alignment).
 // ---------------------------------------------------------------------------------------------
@@ -175,10 +186,62 @@ struct Epilogue {
   void* C;
   int64_t ldc;
   float alpha, beta;
-  bool c_half;
+  bool c_half;   // C is 16-bit: FP16, or BF16 when c_bf16
   bool pair_ok;  // ldc even, C aligned to 2 elements: store_pair writes one 8- or 4-byte vector
   bool quad_ok;  // ldc % 4 == 0, C aligned to 4 elements: store_quad writes one 16- or 8-byte vector
+  bool c_bf16 = false;  // last, so that the benches' positional {C, ldc, alpha, beta, c_half, pair, quad} still fit
 };
+
+// The two 16-bit output types, as bits: a pair packs element 0 into the low half (little-endian,
+// the layout of __half2 / __nv_bfloat162).
+__device__ __forceinline__ float c16_to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float c16_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ uint16_t c16_bits(float v) {
+  if constexpr (std::is_same_v<T, __half>) return __half_as_ushort(__float2half_rn(v));
+  else return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+template <typename T>
+__device__ __forceinline__ float c16_bits_to_float(uint32_t bits) {
+  if constexpr (std::is_same_v<T, __half>) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  else return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
+}
+template <typename T>
+__device__ __forceinline__ uint32_t c16_pack(float lo, float hi) {
+  return static_cast<uint32_t>(c16_bits<T>(lo)) | (static_cast<uint32_t>(c16_bits<T>(hi)) << 16);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_pair16(const Epilogue& e, int64_t at, bool both, float v0, float v1) {
+  T* c = static_cast<T*>(e.C) + at;
+  if (e.beta != 0.f) {
+    v0 += e.beta * c16_to_float(c[0]);
+    if (both) v1 += e.beta * c16_to_float(c[1]);
+  }
+  uint16_t* cb = reinterpret_cast<uint16_t*>(c);
+  if (both && e.pair_ok) {
+    *reinterpret_cast<uint32_t*>(cb) = c16_pack<T>(v0, v1);
+  } else {
+    cb[0] = c16_bits<T>(v0);
+    if (both) cb[1] = c16_bits<T>(v1);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_quad16(const Epilogue& e, int64_t at, float4 v) {
+  uint2* c = reinterpret_cast<uint2*>(static_cast<T*>(e.C) + at);
+  if (e.beta != 0.f) {
+    const uint2 old = *c;
+    v.x += e.beta * c16_bits_to_float<T>(old.x & 0xffffu);
+    v.y += e.beta * c16_bits_to_float<T>(old.x >> 16);
+    v.z += e.beta * c16_bits_to_float<T>(old.y & 0xffffu);
+    v.w += e.beta * c16_bits_to_float<T>(old.y >> 16);
+  }
+  uint2 packed;
+  packed.x = c16_pack<T>(v.x, v.y);
+  packed.y = c16_pack<T>(v.z, v.w);
+  *c = packed;
+}
 
 __device__ __forceinline__ void store_pair(const Epilogue& e, int M, int N, int row, int col, float v0, float v1) {
   if (row >= M || col >= N) return;
@@ -187,17 +250,8 @@ __device__ __forceinline__ void store_pair(const Epilogue& e, int M, int N, int 
   const bool both = col + 1 < N;
   const int64_t at = static_cast<int64_t>(row) * e.ldc + col;
   if (e.c_half) {
-    __half* c = static_cast<__half*>(e.C) + at;
-    if (e.beta != 0.f) {
-      v0 += e.beta * __half2float(c[0]);
-      if (both) v1 += e.beta * __half2float(c[1]);
-    }
-    if (both && e.pair_ok) {
-      *reinterpret_cast<__half2*>(c) = __halves2half2(__float2half_rn(v0), __float2half_rn(v1));
-    } else {
-      c[0] = __float2half_rn(v0);
-      if (both) c[1] = __float2half_rn(v1);
-    }
+    if (e.c_bf16) store_pair16<__nv_bfloat16>(e, at, both, v0, v1);
+    else store_pair16<__half>(e, at, both, v0, v1);
   } else {
     float* c = static_cast<float*>(e.C) + at;
     if (e.beta != 0.f) {
@@ -226,22 +280,8 @@ __device__ __forceinline__ void store_quad(const Epilogue& e, int M, int N, int 
   v.w *= e.alpha;
   const int64_t at = static_cast<int64_t>(row) * e.ldc + col;
   if (e.c_half) {
-    __half2* c = reinterpret_cast<__half2*>(static_cast<__half*>(e.C) + at);
-    if (e.beta != 0.f) {
-      const uint2 old = *reinterpret_cast<const uint2*>(c);
-      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&old.x));
-      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&old.y));
-      v.x += e.beta * lo.x;
-      v.y += e.beta * lo.y;
-      v.z += e.beta * hi.x;
-      v.w += e.beta * hi.y;
-    }
-    const __half2 lo = __floats2half2_rn(v.x, v.y);
-    const __half2 hi = __floats2half2_rn(v.z, v.w);
-    uint2 packed;
-    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(c) = packed;
+    if (e.c_bf16) store_quad16<__nv_bfloat16>(e, at, v);
+    else store_quad16<__half>(e, at, v);
   } else {
     float4* c = reinterpret_cast<float4*>(static_cast<float*>(e.C) + at);
     if (e.beta != 0.f) {
@@ -406,8 +446,9 @@ __host__ __device__ constexpr int64_t gemm_tile_count(int64_t M, int64_t N) {
 }
 
 /// The whole block: call from a __global__ launched with S::kThreads threads, S::kSmemBytes of
-/// dynamic shared memory and gemm_tile_count<S>(M, N) blocks.
-template <class S, bool kATrans, bool kBTrans, bool kVector>
+/// dynamic shared memory and gemm_tile_count<S>(M, N) blocks. kBf16: A and B hold bfloat16 bit
+/// patterns (the mma runs .bf16); otherwise FP16.
+template <class S, bool kATrans, bool kBTrans, bool kVector, bool kBf16 = false>
 __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint16_t* smem) {
   // Rasterised tile index (see above).
   const int tiles_m = (p.M + S::kBlockM - 1) / S::kBlockM;
@@ -476,7 +517,10 @@ __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint
 #pragma unroll
       for (int mi = 0; mi < S::kMmaM; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < S::kMmaN; ++ni) mma_m16n8k16(acc[mi][ni], f.a[mi], f.b[ni]);
+        for (int ni = 0; ni < S::kMmaN; ++ni) {
+          if constexpr (kBf16) mma_m16n8k16_bf16(acc[mi][ni], f.a[mi], f.b[ni]);
+          else mma_m16n8k16(acc[mi][ni], f.a[mi], f.b[ni]);
+        }
     }
   }
   cp_async_wait<0>();  // no copy may still target shared memory when the block exits

@@ -51,7 +51,7 @@ constexpr int64_t kGemmBlocks = 4;
 // whole scheduler time slices when another process takes a core; see ops/conv/conv_gemm.cpp).
 #ifdef HALFGRAD_CUDA
 // C (m, n) = op(a) * op(b) (+ bias broadcast over the rows) on CUDA, in dtype `out`. a and b are 2-D,
-// contiguous (row-major), of one dtype: float16 -> Tensor Cores, float32 -> SIMT FP32.
+// contiguous (row-major), of one dtype: float16 / bfloat16 -> Tensor Cores, float32 -> SIMT FP32.
 Tensor gemm_cuda(const char* op, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Dtype out,
                  const Tensor& bias = Tensor()) {
   HG_CHECK(a.dtype() == b.dtype(), op << ": operands " << dtype_name(a.dtype()) << " and " << dtype_name(b.dtype())
@@ -70,16 +70,19 @@ Tensor gemm_cuda(const char* op, const Tensor& a, Trans ta, const Tensor& b, Tra
   }
   const auto layout = [](Trans t) { return t == Trans::N ? cuda::GemmLayout::N : cuda::GemmLayout::T; };
   const float beta = bias.defined() ? 1.f : 0.f;
-  if (a.dtype() == kFloat16) {
-    HG_CHECK(out == kFloat16 || out == kFloat32, op << ": output dtype " << dtype_name(out) << " on cuda");
-    cuda::GemmArgs g{m, n, k, a.data<uint16_t>(), a.size(1), layout(ta), b.data<uint16_t>(), b.size(1), layout(tb),
-                     c.raw_data(), n, out == kFloat16};
+  if (is_reduced_float(a.dtype())) {
+    HG_CHECK(out == a.dtype() || out == kFloat32, op << ": output dtype " << dtype_name(out) << " for "
+                                                     << dtype_name(a.dtype()) << " operands on cuda");
+    cuda::GemmArgs g{m, n, k, static_cast<const uint16_t*>(a.raw_data()), a.size(1), layout(ta),
+                     static_cast<const uint16_t*>(b.raw_data()), b.size(1), layout(tb), c.raw_data(), n,
+                     out != kFloat32};
+    g.bf16 = a.dtype() == kBFloat16;
     g.beta = beta;
     g.op = op;
     cuda::gemm_f16(g);
   } else {
     HG_CHECK(a.dtype() == kFloat32 && out == kFloat32,
-             op << ": CUDA matmul takes float32 or float16 operands, got " << dtype_name(a.dtype()) << " -> "
+             op << ": CUDA matmul takes float32, float16 or bfloat16 operands, got " << dtype_name(a.dtype()) << " -> "
                 << dtype_name(out));
     cuda::GemmF32Args g{m, n, k, a.data<float>(), a.size(1), layout(ta), b.data<float>(), b.size(1), layout(tb),
                         c.data<float>(), n};

@@ -46,6 +46,7 @@
 // at most 64 (NCDHW) or kMaxTileIters (NDHWC) shifted values per channel in FP32; everything above
 // that (block, grid, group) is FP64, in a fixed order: results do not depend on timing.
 #include "core/cuda/check.cuh"
+#include "core/cuda/tensor_access.cuh"
 #include "ops/norm/norm_cuda.h"
 #include "ops/norm/norm_reduce.cuh"
 
@@ -460,6 +461,9 @@ void dispatch_vec(const Tensor& x, F&& f) {
   if (x.dtype() == kFloat16) {
     if (vdim % 8 == 0) f(__half{}, std::integral_constant<int, 8>{});
     else f(__half{}, std::integral_constant<int, 1>{});
+  } else if (x.dtype() == kBFloat16) {
+    if (vdim % 8 == 0) f(__nv_bfloat16{}, std::integral_constant<int, 8>{});
+    else f(__nv_bfloat16{}, std::integral_constant<int, 1>{});
   } else {
     if (vdim % 4 == 0) f(float{}, std::integral_constant<int, 4>{});
     else f(float{}, std::integral_constant<int, 1>{});
@@ -467,22 +471,16 @@ void dispatch_vec(const Tensor& x, F&& f) {
 }
 
 template <typename T>
-const T* dptr(const Tensor& t) {
-  if constexpr (std::is_same_v<T, __half>) return reinterpret_cast<const __half*>(t.data<uint16_t>());
-  else return t.data<float>();
-}
+const T* dptr(const Tensor& t) { return dev<T>(t); }
 template <typename T>
-T* dptr_mut(const Tensor& t) {
-  if constexpr (std::is_same_v<T, __half>) return reinterpret_cast<__half*>(t.data<uint16_t>());
-  else return t.data<float>();
-}
+T* dptr_mut(const Tensor& t) { return dev<T>(t); }
 const float* fptr(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 float* fptr_mut(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
 void check_x(const char* op, const Tensor& x) {
   HG_CHECK(x.defined() && x.is_cuda(), op << ": input must be a CUDA tensor");
-  HG_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat16,
-           op << ": CUDA input must be float32 or float16, got " << dtype_name(x.dtype()) << " of shape "
+  HG_CHECK(x.dtype() == kFloat32 || is_reduced_float(x.dtype()),
+           op << ": CUDA input must be float32, float16 or bfloat16, got " << dtype_name(x.dtype()) << " of shape "
               << shape_str(x.shape()));
   HG_CHECK(x.dim() >= 2, op << ": input must be (N, C, *spatial), got shape " << shape_str(x.shape()));
   HG_CHECK(!x.is_channels_last() || x.dim() == 5,

@@ -1,7 +1,7 @@
 // norm_cuda.h - batch_norm, instance_norm and group_norm on the GPU (plain C++: no CUDA types or headers).
 // Math, layouts and the parallel mapping are in norm_cuda.cu; the ops and their autograd are in norm.cpp.
 //
-// x (N, C, *spatial) float32 or float16, CUDA, NCDHW or (5-D only) NDHWC; y / dx come back in x's dtype
+// x (N, C, *spatial) float32, float16 or bfloat16, CUDA, NCDHW or (5-D only) NDHWC; y / dx come back in x's dtype
 // and memory format. Per-channel tensors (weight, bias, running_mean, running_var) are float32 CUDA
 // tensors of shape [C] or undefined; the caller converts weight / bias to float32 first.
 // A "group" shares one mean and variance: channel c (batch_norm), (n, c) (instance_norm) or (n, the

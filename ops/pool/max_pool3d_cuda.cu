@@ -19,6 +19,7 @@
 // Precision: FP16 values are compared as float (exact) and the maximum stored back (exact); the
 // backward sums in FP32 and rounds once, in the CPU op's order (bitwise the CPU result).
 #include "core/cuda/check.cuh"
+#include "core/cuda/tensor_access.cuh"
 #include "ops/pool/max_pool3d_cuda.h"
 
 #include <limits>
@@ -246,10 +247,15 @@ void dispatch(Dtype dt, MemoryFormat format, int64_t C, bool k2s2, F&& f) {
     else f(tag, vtag, cltag, std::false_type{});
   };
   const bool cl = format == MemoryFormat::ChannelsLast3d;
+  auto by_16bit = [&](auto tag) {
+    if (!cl) by_k(tag, integral_constant<int, 1>{}, std::false_type{});
+    else if (C % 8 == 0) by_k(tag, integral_constant<int, 8>{}, std::true_type{});
+    else by_k(tag, integral_constant<int, 1>{}, std::true_type{});
+  };
   if (dt == kFloat16) {
-    if (!cl) by_k(__half{}, integral_constant<int, 1>{}, std::false_type{});
-    else if (C % 8 == 0) by_k(__half{}, integral_constant<int, 8>{}, std::true_type{});
-    else by_k(__half{}, integral_constant<int, 1>{}, std::true_type{});
+    by_16bit(__half{});
+  } else if (dt == kBFloat16) {
+    by_16bit(__nv_bfloat16{});
   } else {
     if (!cl) by_k(float{}, integral_constant<int, 1>{}, std::false_type{});
     else if (C % 4 == 0) by_k(float{}, integral_constant<int, 4>{}, std::true_type{});
@@ -258,10 +264,7 @@ void dispatch(Dtype dt, MemoryFormat format, int64_t C, bool k2s2, F&& f) {
 }
 
 template <typename T>
-T* dptr(const Tensor& t) {
-  if constexpr (std::is_same_v<T, __half>) return reinterpret_cast<__half*>(t.data<uint16_t>());
-  else return t.data<float>();
-}
+T* dptr(const Tensor& t) { return dev<T>(t); }
 
 void check_sizes(const Shape& xs, const Axes3& k, const Axes3& st, const Axes3& p) {
   bool ok = xs.size() == 5;
@@ -278,8 +281,8 @@ void check_sizes(const Shape& xs, const Axes3& k, const Axes3& st, const Axes3& 
 }  // namespace
 
 MaxPoolCudaForward max_pool3d_forward(const Tensor& x, const Axes3& kernel, const Axes3& stride, const Axes3& padding) {
-  HG_CHECK(x.is_cuda() && (x.dtype() == kFloat32 || x.dtype() == kFloat16),
-           "max_pool3d: CUDA input must be float32 or float16 on cuda, got " << dtype_name(x.dtype()) << " "
+  HG_CHECK(x.is_cuda() && (x.dtype() == kFloat32 || is_reduced_float(x.dtype())),
+           "max_pool3d: CUDA input must be float32, float16 or bfloat16 on cuda, got " << dtype_name(x.dtype()) << " "
                                                                              << shape_str(x.shape()));
   const Shape& xs = x.shape();
   check_sizes(xs, kernel, stride, padding);

@@ -165,7 +165,8 @@ void push_dim(int& n, int64_t* size, int64_t* stride, int64_t* out, int64_t e, i
 Tensor sum_dims(const char* op, const Tensor& x, const std::vector<bool>& mask, double scale, Dtype out) {
   HG_CHECK(x.defined() && x.is_cuda(), op << ": input must be a CUDA tensor");
   HG_CHECK(mask.size() == x.shape().size(), op << ": " << mask.size() << " mask entries for shape " << shape_str(x.shape()));
-  HG_CHECK(out == kFloat32 || out == kFloat16, op << ": CUDA output dtype must be float32 or float16, got " << dtype_name(out));
+  HG_CHECK(out == kFloat32 || is_reduced_float(out),
+           op << ": CUDA output dtype must be float32, float16 or bfloat16, got " << dtype_name(out));
   const Shape& s = x.shape();
   const int64_t nd = static_cast<int64_t>(s.size());
   Shape ks = s;

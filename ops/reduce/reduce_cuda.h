@@ -8,7 +8,7 @@
 namespace halfgrad::cuda {
 
 /// scale * (sum of x over the dims d with mask[d]), in x's keepdim shape (reduced dims become 1),
-/// contiguous, dtype `out` (float32 or float16). FP32 accumulation; deterministic (the split of
+/// contiguous, dtype `out` (float32, float16 or bfloat16). FP32 accumulation; deterministic (the split of
 /// the work and the order of every addition depend only on the shape). ops::sum / mean and
 /// ops::sum_to_shape (the broadcast backward) call it.
 Tensor sum_dims(const char* op, const Tensor& x, const std::vector<bool>& mask, double scale, Dtype out);

@@ -9,7 +9,7 @@
 // one_hot:
 // Math: y[n, c, s] = (labels[n, s] == c) ? 1 : 0; not differentiable.
 // Shapes and layout: labels int64 (N, S) (S = the product of the spatial extents), contiguous;
-// y (N, C, S) contiguous (NCDHW for volumes), float32 or float16.
+// y (N, C, S) contiguous (NCDHW for volumes), float32, float16 or bfloat16.
 // Parallel mapping: one thread per output element in a grid-stride loop (writes coalesced; each
 // label is read C times, from L1/L2). The thread of channel 0 also validates the label; the smallest
 // flat index of an invalid label is kept with atomicMin, and the launcher reads it back and throws.
@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/tensor_access.cuh"
 #include "ops/shape/shape_cuda.h"
 
 namespace halfgrad::cuda {
@@ -61,8 +62,8 @@ __global__ void one_hot_kernel(const int64_t* __restrict__ labels, T* __restrict
 Tensor one_hot(const Tensor& labels_in, int64_t num_classes, Dtype dtype) {
   HG_CHECK(labels_in.defined() && labels_in.is_cuda() && labels_in.dtype() == kInt64, "one_hot: labels must be int64 on cuda");
   const Tensor labels = labels_in.format_copy(MemoryFormat::Contiguous);  // (N, S) order
-  HG_CHECK(dtype == kFloat32 || dtype == kFloat16,
-           "one_hot: CUDA output dtype must be float32 or float16, got " << dtype_name(dtype));
+  HG_CHECK(dtype == kFloat32 || is_reduced_float(dtype),
+           "one_hot: CUDA output dtype must be float32, float16 or bfloat16, got " << dtype_name(dtype));
   HG_CHECK(num_classes > 0, "one_hot: num_classes must be positive, got " << num_classes);
   const Shape& s = labels.shape();
   const int64_t N = s[0];
@@ -74,13 +75,11 @@ Tensor one_hot(const Tensor& labels_in, int64_t num_classes, Dtype dtype) {
   Tensor flag = Tensor::empty({1}, kInt64, Device::CUDA);
   memset_async(flag.raw_data(), 0xff, sizeof(unsigned long long));  // "no bad label" = the largest index
   auto* first_bad = static_cast<unsigned long long*>(flag.raw_data());
-  if (dtype == kFloat32) {
-    one_hot_kernel<float><<<grid_for(y.numel()), 256, 0, stream()>>>(labels.data<int64_t>(), y.data<float>(), N,
-                                                                    num_classes, S, first_bad);
-  } else {
-    one_hot_kernel<__half><<<grid_for(y.numel()), 256, 0, stream()>>>(
-        labels.data<int64_t>(), reinterpret_cast<__half*>(y.data<uint16_t>()), N, num_classes, S, first_bad);
-  }
+  dispatch_float("one_hot", "outputs", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    one_hot_kernel<T><<<grid_for(y.numel()), 256, 0, stream()>>>(labels.data<int64_t>(), dev<T>(y), N, num_classes,
+                                                                 S, first_bad);
+  });
   HG_CUDA_LAUNCH_CHECK("one_hot");
   unsigned long long bad = 0;
   copy_d2h(&bad, first_bad, sizeof(bad));

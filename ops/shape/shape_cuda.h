@@ -7,7 +7,7 @@
 
 namespace halfgrad::cuda {
 
-/// int64 labels (N, spatial...) on CUDA -> (N, C, spatial...) contiguous, dtype float32 or float16,
+/// int64 labels (N, spatial...) on CUDA -> (N, C, spatial...) contiguous, dtype float32, float16 or bfloat16,
 /// 1 at each label's channel. A label outside [0, C) throws halfgrad::Error naming it and its flat
 /// index (the check waits for the kernel: one device-to-host copy of 16 bytes).
 Tensor one_hot(const Tensor& labels, int64_t num_classes, Dtype dtype);

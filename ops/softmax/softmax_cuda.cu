@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/cuda/check.cuh"
+#include "core/cuda/tensor_access.cuh"
 #include "ops/softmax/softmax_cuda.h"
 
 namespace halfgrad::cuda {
@@ -139,22 +140,12 @@ __global__ void softmax_backward_rows_kernel(const T* __restrict__ y, const T* _
   }
 }
 
-template <typename T>
-T* dev(const Tensor& t) {
-  if constexpr (std::is_same_v<T, __half>) return reinterpret_cast<__half*>(t.data<uint16_t>());
-  else return t.data<T>();
-}
-
 template <typename F>
 void dispatch(const char* op, Dtype d, bool log, F&& f) {
-  HG_CHECK(d == kFloat32 || d == kFloat16, op << ": CUDA softmax takes float32 or float16, got " << dtype_name(d));
-  if (d == kFloat32) {
-    if (log) f(float{}, std::true_type{});
-    else f(float{}, std::false_type{});
-  } else {
-    if (log) f(__half{}, std::true_type{});
-    else f(__half{}, std::false_type{});
-  }
+  dispatch_float(op, "softmax and log_softmax", d, [&](auto tag) {
+    if (log) f(tag, std::true_type{});
+    else f(tag, std::false_type{});
+  });
 }
 
 bool use_rows(const SoftmaxShape& g) { return g.inner == 1 && g.n > kWarpRowMin; }

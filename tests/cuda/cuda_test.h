@@ -55,6 +55,6 @@ inline void check_close(const Tensor& got, const Tensor& want, double rtol, doub
 }  // namespace
 
 /// Tolerances of one FP rounding per output for each dtype (see the header comment).
-inline double rtol_for(Dtype d) { return d == kFloat16 ? 2e-3 : d == kFloat32 ? 1e-5 : 1e-12; }
+inline double rtol_for(Dtype d) { return d == kBFloat16 ? 1e-2 : d == kFloat16 ? 2e-3 : d == kFloat32 ? 1e-5 : 1e-12; }
 
 }  // namespace halfgrad::testing

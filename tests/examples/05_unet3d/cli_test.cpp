@@ -164,3 +164,17 @@ TEST_CASE("unet3d cli: predict's options reach PredictArgs; --checkpoint, --inpu
   e.parse({"eval", "--checkpoint", "c", "--overlay", "pngs"});
   CHECK(e.eval_args.overlay == "pngs");
 }
+
+TEST_CASE("unet3d cli: --amp-dtype takes fp16 (the default) or bf16; anything else is refused by name") {
+  {
+    CommandLine cli;
+    cli.parse(train_with({"--amp"}));
+    CHECK(cli.train_args.amp_dtype == "fp16");
+  }
+  {
+    CommandLine cli;
+    cli.parse(train_with({"--amp", "--amp-dtype", "bf16"}));
+    CHECK(cli.train_args.amp_dtype == "bf16");
+  }
+  check_parse_error(train_with({"--amp", "--amp-dtype", "bfloat16"}), {"--amp-dtype", "bfloat16"});
+}
