@@ -248,6 +248,7 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
     if (!retain_graph) {
       node->backward = nullptr;  // frees the saved tensors the closure captured
       node->saved.clear();
+      node->anomaly_inputs.clear();
       node->freed = true;
     }
   }

@@ -21,7 +21,9 @@
 // them and throws halfgrad::Error, as PyTorch does:
 //   "conv3d backward: a tensor saved for gradient computation (input 1 'weight', [16, 1, 3, 3, 3]
 //    float32) has been modified by an in-place operation: it is at version 3, expected version 2. ..."
-// An input whose TensorImpl was given another storage since (Module::to) is reported as replaced.
+// An input whose TensorImpl was given another storage since (Module::to) is reported as replaced
+// (the node sees the TensorImpl through a weak_ptr: a parameter, held by its module, always; an
+// intermediate only while someone holds it, and nobody can swap its storage otherwise).
 // The list says what the closure reads, not what PyTorch's op happens to save: add, sub, affine,
 // reshape, cat, the casts, sum/mean and max_pool3d (which keeps only its argmax) read no tensor's
 // values, so modifying their inputs is fine and does not throw. Inputs a closure captures only when
@@ -29,8 +31,8 @@
 // A new forward saves the versions anew, so an optimizer step between iterations never trips it;
 // a step between a forward and its backward (or between two backwards of a retained graph) does.
 // Cost: record() copies a shared_ptr, a shape and an integer per saved tensor; backward compares
-// one integer (and one pointer, for inputs) per saved tensor. No per-element work, and nothing at all
-// without grad mode or inputs that require grad (no node is recorded).
+// one integer (and, for inputs, one weak_ptr lock and a pointer) per saved tensor. No per-element
+// work, and nothing at all without grad mode or inputs that require grad (no node is recorded).
 #pragma once
 #include <functional>
 #include <initializer_list>
@@ -86,11 +88,6 @@ struct InputEdge {
   Shape shape;                         // at record time (the gradient must have it)
   Dtype dtype = kFloat32;
   bool requires_grad() const { return grad_fn != nullptr || (leaf && leaf->requires_grad); }
-  /// Whether this edge's input is `t` (the same TensorImpl, and it still exists).
-  bool is(const Tensor& t) const {
-    const std::shared_ptr<TensorImpl> p = impl.lock();
-    return p && t.defined() && p == t.impl_ptr();
-  }
 };
 
 struct Node {

@@ -171,7 +171,7 @@ void AdamW::step() {
                  "AdamW: parameter of shape " << shape_str(param.shape()) << " has "
                  << (pure_fp16 ? "FP32 master" : "pure-FP16") << " state, but its group now has master_weights("
                  << (pure_fp16 ? "false" : "true") << "); set it before the first step");
-        if (param.dtype() == kFloat16 && !pure_fp16) update_target(param, state);  // creates the master
+        if (is_reduced_float(param.dtype()) && !pure_fp16) update_target(param, state);  // creates the master
         if (!state.exp_avg.defined()) {
           const Dtype md = pure_fp16 ? kFloat16 : kFloat32;
           state.exp_avg = Tensor::zeros(param.shape(), md, param.device(), param.memory_format());

@@ -22,7 +22,8 @@ namespace {
 const char* const kGoldenFiles[] = {"elementwise.json", "reduce.json", "matmul.json", "conv.json",
                                     "pool.json",        "norm.json",   "activation.json", "shape.json",
                                     "loss.json",        "optim.json",  "half.json",
-                                    "layers.json",      "grad_scaler.json"};  // the last from make_grad_scaler_golden.py
+                                    "layers.json",      "shape_ops.json", "conv_axes.json",
+                                    "grad_scaler.json"};  // the last from make_grad_scaler_golden.py
 
 float float_of_bits(uint32_t u) {
   float f;

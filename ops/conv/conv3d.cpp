@@ -9,7 +9,7 @@
 //   y  = dgrad_G(x, w) + b        dx = fprop_G(dy, w)        dw = wgrad_G(dy, x)        db = sums of dy
 //
 // CUDA: when the input is on CUDA (weight and bias must be too), forward and backward call the
-// launchers of conv3d_cuda.h instead (Tensor Core implicit GEMMs for FP16, FFMA for FP32, channels-last
+// launchers of conv3d_cuda.h instead (Tensor Core implicit GEMMs for FP16 and BF16, FFMA for FP32, channels-last
 // inside); outputs and input gradients come back in the input's memory format, weight gradients in
 // the weight's, all in the op's dtype.
 #include "ops/conv/conv3d.h"

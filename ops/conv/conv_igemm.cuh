@@ -267,8 +267,8 @@ Tensor pack_weights(const Tensor& w, PackOrder order, const char* op);
 /// The gather of A over the channels-last src_cl (N, C, ...): forward (rows = g's output extents) or
 /// transposed (rows = g's input extents, src = an output gradient).
 igemm::Gather make_gather(const Tensor& src_cl, const ConvGeometry& g, bool transposed, const char* op);
-/// Whether dt runs on the Tensor Core kernels, and as which 16-bit operand type (float16 -> Half; the
-/// BF16 dtype adds its line here). False for float32 (the FFMA kernels).
+/// Whether dt runs on the Tensor Core kernels, and as which 16-bit operand type (float16 -> Half,
+/// bfloat16 -> BFloat16). False for float32 (the FFMA kernels).
 bool tensor_core_operand(Dtype dt, igemm::TcOperand* type);
 /// tc_igemm for a 16-bit B (tensor_core_operand), simt_igemm for FP32 B.
 void run_igemm(const igemm::Gather& ga, const Tensor& B, const igemm::Epilogue& e, const char* op);

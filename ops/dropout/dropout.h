@@ -13,7 +13,7 @@
 // PyTorch's (its Philox stream differs): only their distribution is the same.
 // Shapes: dropout any; dropout3d 5-D (N, C, D, H, W) (PyTorch also takes an unbatched 4-D input:
 // not here). y has x's shape, dtype and memory format. Float16 is scaled in FP32 and rounded once;
-// float64 in double. CPU (NCDHW) or CUDA (float32 / float16, NCDHW or NDHWC).
+// float64 in double. CPU (NCDHW) or CUDA (float32 / float16 / bfloat16, NCDHW or NDHWC).
 // Autocast: on no list (rows "dropout", "dropout3d"): the input's dtype.
 // Errors: halfgrad::Error for an undefined or non-floating input, p outside [0, 1] (or NaN), a
 // dropout3d input that is not 5-D.

@@ -122,9 +122,17 @@ Dtype binary_dtype(const char* name, amp::OpKind kind, const Tensor& a, const Te
 }
 
 // Gradient w.r.t. an operand: sum over its broadcast dims, in the operand's dtype.
-Tensor grad_for(const Tensor& g, const Tensor& operand) {
-  Tensor r = sum_to_shape(g, operand.shape());
-  return r.dtype() == operand.dtype() ? r : r.cast_copy(operand.dtype());
+// What a binary op's backward needs of an operand it does not read: its shape and dtype (capturing
+// the operand itself would keep its buffer alive until backward; autograd/node.h).
+struct OperandMeta {
+  Shape shape;
+  Dtype dtype;
+  explicit OperandMeta(const Tensor& t) : shape(t.shape()), dtype(t.dtype()) {}
+};
+
+Tensor grad_for(const Tensor& g, const OperandMeta& operand) {
+  Tensor r = sum_to_shape(g, operand.shape);
+  return r.dtype() == operand.dtype ? r : r.cast_copy(operand.dtype);
 }
 
 template <typename F>
@@ -189,16 +197,16 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
 Tensor add(const Tensor& a, const Tensor& b) {
   const Dtype dt = binary_dtype("add", amp::OpKind::Add, a, b);
   Tensor y = binary_forward("add", BinOp::Add, a, b, dt);
-  return autograd::record("add", y, {a, b}, {}, [a = a.detach(), b = b.detach()](const Tensor& gy) -> std::vector<Tensor> {
-    return {grad_for(gy, a), grad_for(gy, b)};
+  return autograd::record("add", y, {a, b}, {}, [ma = OperandMeta(a), mb = OperandMeta(b)](const Tensor& gy) -> std::vector<Tensor> {
+    return {grad_for(gy, ma), grad_for(gy, mb)};
   });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   const Dtype dt = binary_dtype("sub", amp::OpKind::Sub, a, b);
   Tensor y = binary_forward("sub", BinOp::Sub, a, b, dt);
-  return autograd::record("sub", y, {a, b}, {}, [a = a.detach(), b = b.detach()](const Tensor& gy) -> std::vector<Tensor> {
-    return {grad_for(gy, a), grad_for(neg(gy), b)};
+  return autograd::record("sub", y, {a, b}, {}, [ma = OperandMeta(a), mb = OperandMeta(b)](const Tensor& gy) -> std::vector<Tensor> {
+    return {grad_for(gy, ma), grad_for(neg(gy), mb)};
   });
 }
 
@@ -207,11 +215,13 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor y = binary_forward("mul", BinOp::Mul, a, b, dt);
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   return autograd::record("mul", y, {a, b}, {autograd::Save::input(0, "a", gb), autograd::Save::input(1, "b", ga)},
-                          [a = a.detach(), b = b.detach(), ga, gb, dt](const Tensor& gy) -> std::vector<Tensor> {
+                          // Each operand is kept only if the other one's gradient reads it.
+                          [a = gb ? a.detach() : Tensor(), b = ga ? b.detach() : Tensor(), ma = OperandMeta(a),
+                           mb = OperandMeta(b), ga, gb, dt](const Tensor& gy) -> std::vector<Tensor> {
                             NoGradGuard ng;
                             Tensor da, db;
-                            if (ga) da = grad_for(binary_forward("mul", BinOp::Mul, gy, b, dt), a);
-                            if (gb) db = grad_for(binary_forward("mul", BinOp::Mul, gy, a, dt), b);
+                            if (ga) da = grad_for(binary_forward("mul", BinOp::Mul, gy, b, dt), ma);
+                            if (gb) db = grad_for(binary_forward("mul", BinOp::Mul, gy, a, dt), mb);
                             return {da, db};
                           });
 }
@@ -221,11 +231,11 @@ Tensor div(const Tensor& a, const Tensor& b) {
   Tensor y = binary_forward("div", BinOp::Div, a, b, dt);
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   return autograd::record(
-      "div", y, {a, b}, {autograd::Save::input(1, "b"), autograd::Save::output(gb)}, [a = a.detach(), b = b.detach(), y = y.detach(), ga, gb, dt](const Tensor& gy) -> std::vector<Tensor> {
+      "div", y, {a, b}, {autograd::Save::input(1, "b"), autograd::Save::output(gb)}, [ma = OperandMeta(a), mb = OperandMeta(b), b = b.detach(), y = gb ? y.detach() : Tensor(), ga, gb, dt](const Tensor& gy) -> std::vector<Tensor> {
         Tensor da, db;
         Tensor q = binary_forward("div", BinOp::Div, gy, b, dt);  // dy / b
-        if (ga) da = grad_for(q, a);
-        if (gb) db = grad_for(affine(binary_forward("mul", BinOp::Mul, q, y, dt), -1.0, 0.0), b);  // -dy*a/b^2
+        if (ga) da = grad_for(q, ma);
+        if (gb) db = grad_for(affine(binary_forward("mul", BinOp::Mul, q, y, dt), -1.0, 0.0), mb);  // -dy*a/b^2
         return {da, db};
       });
 }

@@ -1,5 +1,5 @@
 // sqrt_clamp_cuda.h - CUDA launchers of ops/elementwise/sqrt_clamp.h (kernels in sqrt_clamp_cuda.cu).
-// Float32 / float16 CUDA tensors in either memory format; the math is sqrt_clamp_math.h's, in FP32.
+// Float32 / float16 / bfloat16 CUDA tensors in either memory format; the math is sqrt_clamp_math.h's, in FP32.
 #pragma once
 #include "core/tensor.h"
 #include "ops/elementwise/sqrt_clamp_math.h"

@@ -19,8 +19,8 @@
 // Autocast: the FP32 list (rows mse_loss, l1_loss, binary_cross_entropy_with_logits, CastInputs::First):
 // the input is cast to FP32 and the target is converted to the op's dtype, so an FP16 network output
 // gives an FP32 loss, as PyTorch's fp32 list.
-// Device: CPU (NCDHW) or CUDA (float32 / float16, NCDHW or NDHWC; the None output keeps x's format).
-// Float16 is computed in FP32 and rounded once; float64 in double.
+// Device: CPU (NCDHW) or CUDA (float32 / float16 / bfloat16, NCDHW or NDHWC; the None output keeps x's format).
+// Float16 and bfloat16 are computed in FP32 and rounded once; float64 in double.
 // Errors: halfgrad::Error naming the op for undefined / non-floating tensors, a target shape that
 // differs from input's, weight or pos_weight that do not broadcast, tensors on different devices,
 // Mean of an empty input.

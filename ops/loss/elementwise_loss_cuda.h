@@ -1,5 +1,5 @@
 // elementwise_loss_cuda.h - CUDA launchers of ops/loss/elementwise_loss.h (kernels in
-// elementwise_loss_cuda.cu). Every tensor: float32 / float16 CUDA, one shape, dtype and memory format
+// elementwise_loss_cuda.cu). Every tensor: float32 / float16 / bfloat16 CUDA, one shape, dtype and memory format
 // (the caller converts); pw may be undefined (1 everywhere).
 #pragma once
 #include "core/tensor.h"

@@ -12,7 +12,7 @@
 // read in FP32 inside either way, and their gradients come back in their own dtype).
 // Statistics in FP64 (CPU) or FP32 per thread and FP64 across threads (CUDA); results do not depend
 // on the thread count. Non-finite values as PyTorch: a NaN or inf in a row makes that row's y NaN.
-// Device: CPU or CUDA (float32 / float16). The output (and dx) is contiguous: a channels-last 5-D
+// Device: CPU or CUDA (float32 / float16 / bfloat16). The output (and dx) is contiguous: a channels-last 5-D
 // input is read in its logical order (copied to contiguous first), as PyTorch's layer_norm does.
 // Errors: halfgrad::Error for an empty normalized_shape, an input whose trailing dims are not
 // normalized_shape ("expected input with shape [*, ...]"), weight / bias not of normalized_shape,

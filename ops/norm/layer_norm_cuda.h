@@ -1,5 +1,5 @@
 // layer_norm_cuda.h - CUDA launchers of ops/norm/layer_norm.h (kernels in layer_norm_cuda.cu).
-// x, dy: contiguous float32 / float16 CUDA tensors viewed as (R, K); weight / bias float32 CUDA [K] or
+// x, dy: contiguous float32 / float16 / bfloat16 CUDA tensors viewed as (R, K); weight / bias float32 CUDA [K] or
 // undefined (the caller converts them).
 #pragma once
 #include "core/tensor.h"

@@ -18,7 +18,7 @@
 //   Unlike the two above it is on autocast's FP32 list, as in PyTorch: under autocast an FP16 input is
 //   cast to FP32 and the output is FP32; outside autocast the output has the input's dtype. No check
 //   on the group size (a group of one value gives y = bias, as PyTorch).
-// Device: CPU (NCDHW) or CUDA (NCDHW or NDHWC, float32 / float16; y and dx keep x's memory format; on
+// Device: CPU (NCDHW) or CUDA (NCDHW or NDHWC, float32 / float16 / bfloat16; y and dx keep x's memory format; on
 // CUDA running stats must be float32 CUDA tensors and are updated on the device).
 // weight/bias (C) may be undefined (no affine). running_mean/var (C) float32, updated in place
 // (not on the tape; each one's version, core/tensor.h, goes up by one) when training and defined.

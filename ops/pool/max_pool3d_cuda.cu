@@ -8,7 +8,7 @@
 // Shapes and layouts: x, dx (N, C, D, H, W); y, dy, argmax (N, C, Do, Ho, Wo); all in x's memory
 // format, argmax in y's, int32.
 // Parallel mapping: forward, one thread per output (NCDHW) or per V consecutive channels of one output
-// (NDHWC, V = 8 halfs / 4 floats = one 16-byte load per window element when C is a multiple of V,
+// (NDHWC, V = 8 halfs or bfloat16s / 4 floats = one 16-byte load per window element when C is a multiple of V,
 // else V = 1): the threads of a warp read neighbouring channels (NDHWC) or neighbouring windows
 // (NCDHW). Backward is a gather, not a scatter: one thread per input element (or V channels of one)
 // visits the at most ceil(kd/sd) ceil(kh/sh) ceil(kw/sw) outputs whose window holds it and sums the dy whose argmax is its
@@ -16,7 +16,7 @@
 // k = s = 2 exactly one candidate output per input.
 // Indices: grid-stride loops over 32-bit element counts (the launcher checks x has < 2^31 elements)
 // with multiply-shift division (DivMod32); memory offsets are 64-bit.
-// Precision: FP16 values are compared as float (exact) and the maximum stored back (exact); the
+// Precision: FP16 and BF16 values are compared as float (exact) and the maximum stored back (exact); the
 // backward sums in FP32 and rounds once, in the CPU op's order (bitwise the CPU result).
 #include "core/cuda/check.cuh"
 #include "core/cuda/tensor_access.cuh"

@@ -1,7 +1,7 @@
 // max_pool3d_cuda.h - 3-D max pooling on the GPU (plain C++: no CUDA types or headers). Kernels and
 // their mapping: max_pool3d_cuda.cu; the op, its checks and autograd: max_pool3d.cpp.
 //
-// x (N, C, D, H, W) float32 / float16 CUDA, NCDHW or NDHWC -> y (N, C, Do, Ho, Wo) in x's dtype and
+// x (N, C, D, H, W) float32 / float16 / bfloat16 CUDA, NCDHW or NDHWC -> y (N, C, Do, Ho, Wo) in x's dtype and
 // memory format, per axis Do = (D + 2 padding - kernel) / stride + 1 (floor; padding is -inf). argmax holds, per output and in
 // y's layout, the int32 index d*H*W + h*W + w (within its (n, c) plane) of the window's first maximum
 // (a NaN wins), as the CPU op and PyTorch's return_indices.

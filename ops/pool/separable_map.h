@@ -58,7 +58,7 @@ class AxisMapBuilder {
 using VolumeMap = std::array<AxisMap, 3>;
 
 /// The differentiable op: y (N, C, out_d, out_h, out_w) = map(x), x (N, C, in_d, in_h, in_w) float32 /
-/// float16 / float64 on the CPU (NCDHW), float32 / float16 on CUDA (NCDHW or NDHWC; y and dx keep x's
+/// float16 / bfloat16 / float64 on the CPU (NCDHW), float32 / float16 / bfloat16 on CUDA (NCDHW or NDHWC; y and dx keep x's
 /// memory format). y has x's dtype. `name` is the tape node's name. Throws halfgrad::Error naming
 /// `name` when x's spatial extents are not the map's input extents.
 Tensor apply_volume_map(const char* name, const Tensor& x, std::shared_ptr<const VolumeMap> map);
