@@ -7,7 +7,7 @@
 #
 # Runs from the folder tools/gpu/pack.sh fills (.carry/): build/ (shared-library build), lib/,
 # data/hippocampus, reference/ (../shared/reference scripts + compare_gpu.py + torch_hippo_amp.py).
-#   bash bench/run_gpu_bench.sh [tests] [sanitize] [gemm] [conv] [step] [step-quick] [profile] [hippo] [serve] [all]
+#   bash bench/run_gpu_bench.sh [tests] [sanitize] [gemm] [conv] [step] [step-quick] [profile] [models] [hippo] [serve] [all]
 # SEEDS="0 1" runs the hippocampus training (both frameworks) once per seed.
 set -uo pipefail
 cd "$(dirname "$0")/../.carry"
@@ -22,8 +22,10 @@ t() { local s=$SECONDS; "$@"; local rc=$?; echo "[phase took $((SECONDS - s)) s,
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader
 if want tests; then
-  echo "== CUDA tests"
-  t build/tests/halfgrad_tests -sf='*cuda*' 2>&1 | tee "$OUT/tests.log" | tail -40
+  # The whole suite: the CUDA cases (tests/cuda/ and the "... cuda" cases beside the CPU ones), and the
+  # CPU cases again on this machine's cores.
+  echo "== tests (CPU and CUDA)"
+  t build/tests/halfgrad_tests 2>&1 | tee "$OUT/tests.log" | grep -E "ERROR|FAILED|test cases|assertions|Status" | head -60
 fi
 if want sanitize; then
   echo "== compute-sanitizer memcheck / racecheck / initcheck on the CUDA tests"
@@ -61,6 +63,16 @@ if want profile; then
   tail -3 "$OUT/profile_ncu.err"
   python3 ../bench/profile_step.py ncu "$OUT/profile_ncu.csv" "$OUT/profile_halfgrad.json" "$OUT/profile_step.json"
   python3 ../bench/profile_step.py report "$OUT/profile_halfgrad.json" "$OUT/profile_torch.json" | tee "$OUT/profile_report.txt"
+fi
+if want models; then
+  # Issue 10 on the GPU: the model that is not the U-Net (FP32, FP16 + GradScaler, BF16) and the BF16
+  # example, on CUDA; the same two on the GPU machine's CPU for the CPU figures.
+  echo "== examples 12 and 13"
+  for amp in none fp16 bf16; do
+    t build/examples/12_lobe_classifier --device cuda --amp $amp --templates mricron 2>&1 | tee "$OUT/lobe_cuda_$amp.log" | tail -10
+  done
+  t build/examples/13_bf16 --device cuda 2>&1 | tee "$OUT/bf16_cuda.log"
+  t build/examples/13_bf16 --device cpu 2>&1 | tee "$OUT/bf16_cpu.log" | tail -9
 fi
 if want hippo; then
   echo "== hippocampus, AMP, reference recipe: PyTorch then halfgrad"

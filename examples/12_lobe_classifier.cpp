@@ -8,7 +8,9 @@
 // The seven classes are io/mricron.h's lobes (frontal, temporal, parietal, occipital, limbic, deep
 // grey, cerebellum); background-centred patches are not drawn. Training draws class-balanced centres
 // (each batch: a class uniformly at random, then a voxel of that class), so chance is 1/7 = 0.143. The
-// held-out set is fixed by the seed: up to 64 centres per class of the right hemisphere.
+// held-out set is fixed by the seed: up to 64 centres per class of the right hemisphere, each patch
+// mirrored left-right, so that the network, which saw only left-hemisphere anatomy, meets it the way
+// round it learned it (the brain is nearly mirror-symmetric).
 //
 // The network (docs/writing_models.md builds it step by step):
 //   stem    Conv3d(1, w, 3, pad 1) - GroupNorm(4, w) - SiLU                     16^3
@@ -22,7 +24,9 @@
 // --amp fp16 trains under FP16 autocast with a GradScaler; --amp bf16 under BF16 autocast, without one
 // (BF16 has FP32's exponent range: examples/13_bf16.cpp measures why). It prints the loss every 50
 // steps, then the held-out accuracy overall and per class, and the training time. Exit status 0 on
-// success, whatever the accuracy; 2 on bad options or missing data (apt-get install mricron-data).
+// success (1 when the accuracy is below --min-accuracy, default 0); 2 on bad options or missing data
+// (apt-get install mricron-data). Measured: 0.837 held-out accuracy after the default 400 steps in
+// 38 s on this project's 2-core CPU machine (2026-12-01; README).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -110,8 +114,9 @@ static Centres class_centres(const Tensor& labels) {
 }
 
 /// The 16^3 patch of `image` (D, H, W) centred on flat index `centre`, zero outside the volume
-/// (the other hemisphere is not in `image`, so a patch never sees it), written to `dst`.
-static void copy_patch(const Tensor& image, int64_t centre, int64_t P, float* dst) {
+/// (the other hemisphere is not in `image`, so a patch never sees it), written to `dst`; with
+/// `mirror`, flipped along x (W), the left-right axis.
+static void copy_patch(const Tensor& image, int64_t centre, int64_t P, bool mirror, float* dst) {
   const int64_t D = image.size(0), H = image.size(1), W = image.size(2);
   const int64_t cz = centre / (H * W), cy = centre / W % H, cx = centre % W;
   const float* src = image.data<float>();
@@ -120,18 +125,19 @@ static void copy_patch(const Tensor& image, int64_t centre, int64_t P, float* ds
       for (int64_t x = 0; x < P; ++x) {
         const int64_t iz = cz - P / 2 + z, iy = cy - P / 2 + y, ix = cx - P / 2 + x;
         const bool in = iz >= 0 && iz < D && iy >= 0 && iy < H && ix >= 0 && ix < W;
-        dst[(z * P + y) * P + x] = in ? src[(iz * H + iy) * W + ix] : 0.0f;
+        dst[(z * P + y) * P + (mirror ? P - 1 - x : x)] = in ? src[(iz * H + iy) * W + ix] : 0.0f;
       }
 }
 
-/// A batch of patches x (B, 1, P, P, P) and classes y (B) for the given centres.
+/// A batch of patches x (B, 1, P, P, P) and classes y (B) for the given centres, mirrored along x
+/// with `mirror` (the right hemisphere seen as the left one the network trained on).
 static void make_batch(const io::Sample& half, const std::vector<std::pair<int64_t, int64_t>>& picks, int64_t P,
-                       Tensor& x, Tensor& y) {
+                       bool mirror, Tensor& x, Tensor& y) {
   const int64_t B = static_cast<int64_t>(picks.size());
   x = Tensor::zeros({B, 1, P, P, P});
   std::vector<int64_t> cls(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
-    copy_patch(half.image, picks[static_cast<size_t>(b)].second, P, x.data<float>() + b * P * P * P);
+    copy_patch(half.image, picks[static_cast<size_t>(b)].second, P, mirror, x.data<float>() + b * P * P * P);
     cls[static_cast<size_t>(b)] = picks[static_cast<size_t>(b)].first;
   }
   y = Tensor::from_labels(cls, {B});
@@ -144,7 +150,7 @@ static int64_t draw(Generator& gen, int64_t n) {
 int main(int argc, char** argv) {
   int steps = 400, batch = 32, width = 8;
   int64_t seed = 0;
-  double lr = 2e-3;
+  double lr = 2e-3, min_accuracy = 0.0;
   std::string device = "cpu", amp_name = "none", templates = io::MricronOptions().dir;
   CLI::App app{"12_lobe_classifier: a residual 3-D encoder says which brain lobe a 16^3 patch is centred on"};
   app.add_option("--steps", steps, "training steps")->check(CLI::Range(1, 1000000));
@@ -156,6 +162,8 @@ int main(int argc, char** argv) {
   app.add_option("--amp", amp_name, "none, fp16 (autocast + GradScaler) or bf16 (autocast)")
       ->check(CLI::IsMember({"none", "fp16", "bf16"}));
   app.add_option("--templates", templates, "folder of ch2.nii.gz, aal.nii.gz, aal.nii.txt");
+  app.add_option("--min-accuracy", min_accuracy, "exit 1 when the held-out accuracy is below this (a test's bar)")
+      ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   try {
     const Device dev = device == "cuda" ? Device::CUDA : Device::CPU;
@@ -184,7 +192,7 @@ int main(int argc, char** argv) {
         picks.emplace_back(k, pool[static_cast<size_t>(draw(gen, static_cast<int64_t>(pool.size())))]);
       }
       Tensor x, y;
-      make_batch(split.train, picks, P, x, y);
+      make_batch(split.train, picks, P, /*mirror=*/false, x, y);
       opt.zero_grad();
       Tensor loss;
       {
@@ -213,7 +221,7 @@ int main(int argc, char** argv) {
       std::vector<std::pair<int64_t, int64_t>> picks;
       for (int64_t i = 0; i < n; ++i) picks.emplace_back(k, pool[static_cast<size_t>(draw(val_gen, static_cast<int64_t>(pool.size())))]);
       Tensor x, y;
-      make_batch(split.val, picks, P, x, y);
+      make_batch(split.val, picks, P, /*mirror=*/true, x, y);
       amp::AutocastGuard ac(amp::AutocastOptions().enabled(amp_name != "none").dtype(amp_dtype));
       const Tensor pred = ops::argmax((*model)(x.to(dev)).to(kFloat32), 1).to(Device::CPU);
       for (int64_t i = 0; i < n; ++i) correct[static_cast<size_t>(k)] += pred.data<int64_t>()[i] == k;
@@ -230,6 +238,10 @@ int main(int argc, char** argv) {
     }
     std::printf("held-out accuracy %.3f on %lld patches (chance %.3f); training %.1f s\n",
                 static_cast<double>(all_correct) / static_cast<double>(all), static_cast<long long>(all), 1.0 / kClasses, train_s);
+    if (static_cast<double>(all_correct) / static_cast<double>(all) < min_accuracy) {
+      std::printf("FAILED: below --min-accuracy %.3f\n", min_accuracy);
+      return 1;
+    }
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -21,6 +21,11 @@
 // each step's AdamW update is measured against that: the fraction of weight elements whose FP32 update
 // is non-zero but would leave the weight's BF16 (or FP16) value unchanged. That is why BF16 training
 // keeps FP32 master weights (the optimizer's, optim/optimizer.h), as FP16 training does.
+//
+// Measured (2026-12-01, 40 steps; the same figures on the H200 and on this project's CPU machine):
+// zero gradients FP16 without a scaler 100%, with GradScaler 0.1%, BF16 0.0%; Dice 0.128 / 0.919 /
+// 0.915 (FP32 0.919); updates lost in BF16 storage 28.5%, in FP16 5.6%. Exit status 1 when a run
+// contradicts that story (the CTest example_13_bf16 checks it), 2 on bad options.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -97,10 +102,9 @@ static RunResult train(Mode mode, int steps, Device dev) {
       seg = ops::segmentation_loss((*model)(x.to(dev)).to(kFloat32), y.to(dev));
     }
     scaler.scale(seg * kLossWeight).backward();
-    nn::NamedTensors grads;
-    for (const auto& [name, p] : model->named_parameters())
-      if (p.grad().defined()) grads.emplace_back(name, p.grad().to(Device::CPU));
-    const amp::GradStats all = amp::collect_grad_stats(grads, scaler.get_scale()).back();
+    const std::vector<amp::GradStats> stats = amp::collect_grad_stats(model->named_parameters(), scaler.get_scale());
+    HG_CHECK(!stats.empty(), "13_bf16: no parameter got a gradient");
+    const amp::GradStats& all = stats.back();  // the "(all)" row
     r.zero_grads += all.fraction(all.zeros) / steps;
     std::vector<Tensor> before;
     if (mode == Mode::Fp32)
@@ -182,16 +186,23 @@ int main(int argc, char** argv) {
     std::printf("Part 2: U-Net {8,16} on %lld x %lld^3 spheres, loss x %g, AdamW lr 3e-3, %d steps, %s\n",
                 static_cast<long long>(kBatch), static_cast<long long>(kSide), kLossWeight, steps, device.c_str());
     std::printf("  %-28s %12s %12s %8s\n", "run", "zero grads", "last loss", "Dice");
-    RunResult fp32;
+    RunResult fp32, fp16_unscaled, bf16;
     for (Mode m : {Mode::Fp32, Mode::Fp16, Mode::Fp16Scaled, Mode::Bf16}) {
       const RunResult r = train(m, steps, dev);
       if (m == Mode::Fp32) fp32 = r;
+      if (m == Mode::Fp16) fp16_unscaled = r;
+      if (m == Mode::Bf16) bf16 = r;
       std::printf("  %-28s %11.1f%% %12.4f %8.3f\n", mode_name(m), 100 * r.zero_grads, r.last_loss, r.dice);
     }
     std::printf("\nPart 3: the FP32 run's AdamW updates, stored in 16 bits without FP32 master weights\n");
     std::printf("  updates lost (non-zero in FP32, no change to the stored weight): BF16 %.1f%%, FP16 %.1f%%\n",
                 100 * fp32.lost_bf16, 100 * fp32.lost_fp16);
-    return 0;
+    // The claims this program exists to show (exit status 1 when a measurement contradicts one):
+    // unscaled FP16 loses (almost) every gradient here and BF16 none, and BF16 storage loses more
+    // updates than FP16's.
+    const bool shown = fp16_unscaled.zero_grads > 0.99 && bf16.zero_grads < 0.01 && fp32.lost_bf16 > fp32.lost_fp16;
+    if (!shown) std::printf("FAILED: the measurements above do not show the expected range / precision trade\n");
+    return shown ? 0 : 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;

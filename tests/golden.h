@@ -60,6 +60,7 @@ inline Tolerance tolerance_for(Dtype d) {
   switch (d) {
     case kFloat32: return {1e-5, 1e-4};
     case kFloat16: return {1e-3, 1e-2};
+    case kBFloat16: return {8e-3, 8e-2};  // 8 significant bits to FP16's 11: 8x its rounding
     case kFloat64: return {1e-10, 1e-8};
     case kInt64: return {0, 0};
   }

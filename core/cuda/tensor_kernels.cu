@@ -6,8 +6,10 @@
 // Precision: conversions round to nearest even (__float2half_rn, __float2bfloat16_rn); f64 -> f16/bf16
 // goes through f32 like the CPU path (tensor.cpp) and PyTorch. (One difference from the CPU: a NaN
 // converted to bf16 keeps its sign here, while core/bfloat16.h, as c10, gives +NaN 0x7fc0.)
+#include "core/bfloat16.h"
 #include "core/cuda/check.cuh"
 #include "core/cuda/tensor_kernels.h"
+#include "core/half.h"
 
 namespace halfgrad::cuda {
 namespace {
@@ -100,9 +102,20 @@ void fill(void* p, Dtype dtype, int64_t n, double value) {
   if (n == 0) return;
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
+    // The fill value is converted here, on the host: from_float is __device__ only (called from host
+    // code its stub ends the process). The CPU conversions round to nearest even, as the device's.
     T v;
-    if constexpr (is_reduced_float_v<T>) v = from_float<T>(static_cast<float>(value));
-    else v = static_cast<T>(value);
+    if constexpr (std::is_same_v<T, __half>) {
+      __half_raw r;
+      r.x = float_to_half_bits(static_cast<float>(value));
+      v = __half(r);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      __nv_bfloat16_raw r;
+      r.x = float_to_bfloat16_bits(static_cast<float>(value));
+      v = __nv_bfloat16(r);
+    } else {
+      v = static_cast<T>(value);
+    }
     fill_kernel<<<grid_for(n), 256, 0, stream()>>>(static_cast<T*>(p), n, v);
   });
   HG_CUDA_LAUNCH_CHECK("fill_");

@@ -179,7 +179,10 @@ int run_train(const TrainArgs& cli_args) {
     std::cout << "device: " << cuda::device_description() << ", activations "
               << (where.format == MemoryFormat::ChannelsLast3d ? "NDHWC (channels-last)" : "NCDHW") << std::endl;
   std::cout << "model: UNet3d " << r.model.describe() << ", " << model->num_parameters() << " parameters; recipe '"
-            << r.name << "', " << amp::describe_opt_level(level) << ", batch " << r.batch << ", AdamW lr " << r.lr
+            << r.name << "', "
+            << (mp.autocast_dtype == kBFloat16 ? std::string("O1 (autocast: BF16 convs with FP32 accumulation, FP32 weights; no GradScaler)")
+                                               : amp::describe_opt_level(level))
+            << ", batch " << r.batch << ", AdamW lr " << r.lr
             << (level == amp::OptLevel::O3 ? ", eps " + std::to_string(adamw.eps()) : std::string()) << ", "
             << r.epochs << " epochs, " << ops::num_threads() << " CPU threads" << std::endl;
   for (const std::string& name : a.fp32_ops) std::cout << "autocast: op " << name << " runs in FP32" << std::endl;

@@ -21,9 +21,9 @@ CUDA_TEST_CASE("nn::Linear cuda f32/f16 (2, 3, 7, 33) -> (2, 3, 7, 5) and Flatte
                          return ops::reshape(ops::linear(ops::reshape(x[0], {42, 33}), x[1], x[2]), {2, 3, 7, 5});
                        },
                        t, t);
-      nn::Linear lin(nn::LinearOptions(120, 4));
+      nn::Linear lin(nn::LinearOptions(360, 4));  // flatten of (2, 3, 4, 5, 6): 3 * 4 * 5 * 6 = 360
       if (dt == kFloat16) lin.to(kFloat16);
-      nn::Linear lin_gpu(nn::LinearOptions(120, 4));
+      nn::Linear lin_gpu(nn::LinearOptions(360, 4));
       lin_gpu.weight.copy_from(lin.weight);
       lin_gpu.bias.copy_from(lin.bias);
       if (dt == kFloat16) lin_gpu.to(kFloat16);

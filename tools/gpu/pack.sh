@@ -13,11 +13,14 @@ mkdir -p $C/build/tests $C/build/examples $C/build/bench/gemm $C/lib $C/referenc
 cp -a $B/lib*.so $C/build/
 cp $B/tests/halfgrad_tests $C/build/tests/
 cp $B/examples/halfgrad-unet3d $C/build/examples/
-for f in unet_step_cuda conv3d_cuda_bench norm_cuda_bench checkpoint_write_bench; do [ -f $B/bench/$f ] && cp $B/bench/$f $C/build/bench/; done
+for e in 12_lobe_classifier 13_bf16; do [ -f $B/examples/$e ] && cp $B/examples/$e $C/build/examples/; done
+for f in unet_step_cuda conv3d_cuda_bench norm_cuda_bench pool_cuda_bench checkpoint_write_bench; do [ -f $B/bench/$f ] && cp $B/bench/$f $C/build/bench/; done
 [ -f $B/bench/gemm/gemm_bench ] && cp $B/bench/gemm/gemm_bench $C/build/bench/gemm/
 strip --strip-unneeded $C/build/*.so $C/build/tests/* $C/build/examples/* $C/build/bench/* $C/build/bench/gemm/* 2>/dev/null || true
 for l in libniftiio.so.2 libznz.so.3 libgomp.so.1 libpng16.so.16; do cp -L /usr/lib/x86_64-linux-gnu/$l $C/lib/; done
 [ -d $C/data/hippocampus ] || { mkdir -p $C/data && cp -r ../shared/data/hippocampus $C/data/; }
 cp ../shared/reference/*.py $C/reference/
+# The embedded default data (examples/12_lobe_classifier --templates .carry/mricron): ch2 + AAL.
+mkdir -p $C/mricron && cp /usr/share/mricron/templates/{ch2.nii.gz,aal.nii.gz,aal.nii.txt} $C/mricron/
 cp bench/compare_gpu.py bench/torch_hippo_amp.py $C/reference/ 2>/dev/null || true
 du -sh $C; du -sh $C/* 
