@@ -5,7 +5,8 @@
 //
 // The two 16-bit formats split their bits differently (core/half.h and the BF16 twin beside it):
 //   FP16  1 sign, 5 exponent, 10 mantissa bits: smallest subnormal 2^-24 ~ 6e-8, largest 65504
-//   BF16  1 sign, 8 exponent,  7 mantissa bits: FP32's exponent, smallest normal 2^-126 ~ 1.2e-38
+//   BF16  1 sign, 8 exponent,  7 mantissa bits: FP32's exponent, smallest subnormal 2^-133 ~ 9.2e-41
+//         (smallest normal 2^-126 ~ 1.2e-38)
 // Part 1 prints both formats' limits, read from the conversions themselves (Tensor::cast_copy).
 //
 // Part 2, range. Example 07's case: a U-Net {8, 16} on spheres whose loss is scaled by 1e-4 (a loss
@@ -22,10 +23,11 @@
 // is non-zero but would leave the weight's BF16 (or FP16) value unchanged. That is why BF16 training
 // keeps FP32 master weights (the optimizer's, optim/optimizer.h), as FP16 training does.
 //
-// Measured (2026-12-01, 40 steps; the same figures on the H200 and on this project's CPU machine):
-// zero gradients FP16 without a scaler 100%, with GradScaler 0.1%, BF16 0.0%; Dice 0.128 / 0.919 /
-// 0.915 (FP32 0.919); updates lost in BF16 storage 28.5%, in FP16 5.6%. Exit status 1 when a run
-// contradicts that story (the CTest example_13_bf16 checks it), 2 on bad options.
+// Measured (2026-12-01, 40 steps): zero gradients FP16 without a scaler 100%, with GradScaler 0.1%,
+// BF16 0.0%, on the H200 and on this project's CPU machine alike; Dice 0.128 / 0.919 / 0.915 on the
+// CPU, 0.128 / 0.915 / 0.918 on the H200 (FP32 0.919 on both); updates lost in BF16 storage 28.5%, in
+// FP16 5.6%. Exit status 1 when a run contradicts that story (the CTest example_13_bf16 checks it),
+// 2 on an unusable device; a bad option exits with CLI11's code (105, 109).
 #include <cmath>
 #include <cstdio>
 #include <string>

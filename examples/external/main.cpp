@@ -1,10 +1,10 @@
 // halfgrad_external - a program outside the source tree that links the installed halfgrad
 // (examples/external/CMakeLists.txt) and uses only <halfgrad/halfgrad.h>. Two models a PyTorch user
-// would write first (docs/writing_models.md walks through both):
+// would write first (docs/writing_models.md walks through the MLP and shows the anisotropic options):
 //   1. an MLP (Linear, LayerNorm, GELU, Dropout) that learns the two-spirals problem in 2-D;
 //   2. a small 3-D network with anisotropic convolutions ((1, 3, 3) kernels, (1, 2, 2) stride, as
 //      nnU-Net's plans for thick-slice scans), GroupNorm, SiLU, adaptive average pooling and Linear,
-//      trained on one batch of noisy cubes and spheres until it fits it, once under FP16 autocast with
+//      trained for 60 steps on one batch of noisy cubes and spheres (it must fit it), once under FP16 autocast with
 //      a GradScaler and once under BF16 autocast without one.
 // It runs on CUDA when the package was built with it and a GPU is present, else on the CPU (whose
 // FP16 and BF16 ops compute in FP32 and round, as a Tensor Core does). Exit status 1 when the MLP's
