@@ -12,6 +12,7 @@
 #include "amp/autocast.h"
 #include "core/nvtx.h"
 #include "ops/common.h"
+#include "ops/dropout/dropout_math.h"
 #ifdef HALFGRAD_CUDA
 #include "ops/dropout/dropout_cuda.h"
 #endif
