@@ -45,16 +45,21 @@ void scan(const T* p, int64_t n, ValueSummary& s) {
   s.max = hi;
 }
 
-// binary16: exponent field 31 is inf (mantissa 0) or NaN (mantissa != 0); everything else is finite.
-void scan_half(const uint16_t* p, int64_t n, ValueSummary& s) {
+uint16_t bits_of(uint16_t h) { return h; }
+uint16_t bits_of(bfloat16_bits b) { return b.bits; }
+
+// A 16-bit float format: an all-ones exponent field (exp_mask) is inf (mantissa 0) or NaN (mantissa
+// != 0); everything else is finite and decoded exactly by `decode`.
+template <typename Bits, typename Decode>
+void scan_16bit(const Bits* p, int64_t n, uint16_t exp_mask, uint16_t mantissa_mask, Decode decode, ValueSummary& s) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (int64_t i = 0; i < n; ++i) {
-    const uint16_t h = p[i];
-    if ((h & 0x7c00u) == 0x7c00u) {
-      if (h & 0x03ffu) ++s.nan;
+    const uint16_t h = bits_of(p[i]);
+    if ((h & exp_mask) == exp_mask) {
+      if (h & mantissa_mask) ++s.nan;
       else ++(h & 0x8000u ? s.neg_inf : s.pos_inf);
     } else {
-      const double v = half_bits_to_float(h);
+      const double v = decode(h);
       lo = std::min(lo, v);
       hi = std::max(hi, v);
     }
@@ -63,22 +68,12 @@ void scan_half(const uint16_t* p, int64_t n, ValueSummary& s) {
   s.max = hi;
 }
 
-// bfloat16: the top half of a binary32, so its exponent field is the float's; decoded exactly.
+// binary16: exponent field 31 (0x7c00).
+void scan_half(const uint16_t* p, int64_t n, ValueSummary& s) { scan_16bit(p, n, 0x7c00u, 0x03ffu, half_bits_to_float, s); }
+
+// bfloat16: the top half of a binary32, so its exponent field is the float's (0x7f80).
 void scan_bfloat16(const bfloat16_bits* p, int64_t n, ValueSummary& s) {
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t b = p[i].bits;
-    if ((b & 0x7f80u) == 0x7f80u) {
-      if (b & 0x007fu) ++s.nan;
-      else ++(b & 0x8000u ? s.neg_inf : s.pos_inf);
-    } else {
-      const double v = bfloat16_bits_to_float(b);
-      lo = std::min(lo, v);
-      hi = std::max(hi, v);
-    }
-  }
-  s.min = lo;
-  s.max = hi;
+  scan_16bit(p, n, 0x7f80u, 0x007fu, bfloat16_bits_to_float, s);
 }
 
 // The fast test that runs on every output and gradient: is any element NaN or inf? An IEEE value is

@@ -140,26 +140,16 @@ def cmd_report(hg_path, torch_path):
     print(f"{'sum of kernel times':24s} {ta:12.2f} {len(hg['kernels']):8d} {tb:11.2f} {len(th['kernels']):8d} {ta / tb:7.2f}")
     if "median_ms" in hg:
         print(f"{'step wall time':24s} {hg['median_ms']:12.2f} {'':8s} {th['step_ms']:11.2f} {'':8s} {hg['median_ms'] / th['step_ms']:7.2f}")
-    top = sorted(hg["kernels"], key=lambda k: -k[1])
-    agg = {}
-    for n, us in top:
-        short = re.sub(r"\(.*", "", n)[:90]
-        agg.setdefault(short, [0.0, 0])
-        agg[short][0] += us / 1000
-        agg[short][1] += 1
-    print("\nhalfgrad's 12 largest kernels (summed by name):")
-    for n, (ms, k) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:12]:
-        print(f"  {ms:8.2f} ms  {k:4d}x  {n}")
-    agg = {}
-    for n, us in th["kernels"]:
-        short = re.sub(r"\(.*", "", n)[:90]
-        agg.setdefault(short, [0.0, 0])
-        agg[short][0] += us / 1000
-        agg[short][1] += 1
-    print("\nPyTorch's 12 largest kernels (summed by name):")
-    for n, (ms, k) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:12]:
-        print(f"  {ms:8.2f} ms  {k:4d}x  {n}")
-
+    for who, res in (("halfgrad", hg), ("PyTorch", th)):
+        agg = {}
+        for n, us in res["kernels"]:
+            short = re.sub(r"\(.*", "", n)[:90]
+            agg.setdefault(short, [0.0, 0])
+            agg[short][0] += us / 1000
+            agg[short][1] += 1
+        print(f"\n{who}'s 12 largest kernels (summed by name):")
+        for n, (ms, k) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:12]:
+            print(f"  {ms:8.2f} ms  {k:4d}x  {n}")
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
