@@ -52,8 +52,11 @@ Tensor dropout_op(const char* op, amp::OpKind kind, const Tensor& x_in, double p
   HG_CHECK(p >= 0.0 && p <= 1.0, op << ": dropout probability has to be between 0 and 1, but got " << p);
   if (per_channel)
     HG_CHECK(x_in.dim() == 5, op << ": input must be 5-D (N, C, D, H, W), got shape " << shape_str(x_in.shape()));
+  // Identity when nothing is dropped (eval mode, p = 0): the input itself, as F.dropout returns it,
+  // without asking the precision table (an op that records nothing must not leave a request that the
+  // precision report would charge to the next op).
+  if (!training || p == 0.0) return x_in;
   const Tensor x = x_in.to(amp::autocast_dtype(kind, {x_in.dtype()}));
-  if (!training || p == 0.0) return x;
   dropout::Mask m;
   m.seed = gen.engine()();
   m.per_channel = per_channel;

@@ -108,9 +108,11 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   const int64_t s = wrap(start_dim, "start_dim"), e = wrap(end_dim, "end_dim");
   HG_CHECK(s <= e, "flatten: start_dim " << start_dim << " comes after end_dim " << end_dim << " for input "
                                          << shape_str(x.shape()));
-  (void)amp::autocast_dtype(amp::OpKind::Flatten, {x.dtype()});  // its row: input dtype (counted in the report)
-  if (x.dim() == 0) return reshape(x, {1});
-  if (s == e) return x;
+  if (x.dim() == 0) return reshape(x, {1});  // recorded (and reported) as the reshape it is
+  if (s == e) return x;  // nothing to merge: x itself, as torch.flatten returns self; no op, no table request
+  // Its row (input dtype), asked only when an op is recorded, so the precision report charges the
+  // request to this reshape and never to the next op.
+  (void)amp::autocast_dtype(amp::OpKind::Flatten, {x.dtype()});
   Shape out(x.shape().begin(), x.shape().begin() + s);
   int64_t merged = 1;
   for (int64_t d = s; d <= e; ++d) merged *= x.shape()[d];

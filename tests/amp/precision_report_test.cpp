@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "ops/activation/activation.h"
 #include "ops/conv/conv3d.h"
+#include "ops/dropout/dropout.h"
+#include "ops/shape/shape.h"
 #include "ops/reduce/reduce.h"
 
 using namespace halfgrad;
@@ -83,6 +85,30 @@ TEST_CASE("precision_report: float32 conv3d (1,1,4,4,4) x (2,1,3,3,3) under auto
   CHECK(pairs.at(K{kFloat16, kFloat32, amp::CastPass::Backward}).casts == 4);
   CHECK(pairs.at(K{kFloat16, kFloat32, amp::CastPass::Backward}).elements == 2 * (54 + 2));
   CHECK(report.summary_text().find("conv3d") != std::string::npos);
+}
+
+TEST_CASE("precision_report: ops that record nothing (flatten of one dim, eval dropout) leave no request for the next op") {
+  Generator gen(2);
+  Tensor x = Tensor::randn({2, 3, 4}, gen).set_requires_grad(true);
+  amp::PrecisionRecorder report;
+  {
+    amp::PrecisionRecorder::Observe observe(&report);
+    amp::AutocastGuard autocast;
+    // relu asks no list; before the fix it was charged with flatten's (and then dropout's) request.
+    Tensor y = ops::relu(ops::flatten(x, 1, 1));
+    Tensor z = ops::relu(ops::dropout(y, 0.5, /*training=*/false, gen));
+    CHECK(ops::dropout(y, 0.5, false, gen).data<float>() == y.data<float>());  // eval dropout is the input itself
+    ops::sum(z).backward();
+  }
+  const std::vector<amp::OpPrecisionRow> rows = report.op_rows();
+  for (const amp::OpPrecisionRow& r : rows) {
+    CAPTURE(r.op);
+    if (r.op == "relu") CHECK_FALSE(r.kind.has_value());
+    CHECK(r.op != "flatten");
+    CHECK(r.op != "dropout");
+  }
+  REQUIRE(find_row(rows, "relu"));
+  CHECK(find_row(rows, "relu")->calls == 2);
 }
 
 TEST_CASE("precision_report: set_op_fp32 and autocast off are explained; Observe(nullptr) and nesting") {
