@@ -25,7 +25,9 @@ HALFGRAD_HD inline T softplus_neg(T x) { return (-x > T(0) ? -x : T(0)) + log1p(
 template <typename T>
 HALFGRAD_HD inline T sigmoid_of(T x) { return T(1) / (T(1) + exp(-x)); }
 
-/// sign(d): -1, 0 or 1, and NaN for NaN (PyTorch's sgn in l1_loss's backward).
+/// sign(d): -1, 0 or 1, and NaN for NaN: l1_loss's backward (PyTorch's sgn(x - t)). Where PyTorch 1.13's
+/// CPU kernel gives sign(NaN) = 0, a zero gradient for a NaN input, halfgrad keeps the NaN, so that a
+/// NaN never becomes a plausible gradient (tests/ops/nonfinite_test.cpp, l1_loss cases).
 template <typename T>
 HALFGRAD_HD inline T sign_of(T d) { return d > T(0) ? T(1) : d < T(0) ? T(-1) : d == T(0) ? T(0) : d; }
 
@@ -51,13 +53,14 @@ HALFGRAD_HD inline T grad_input(Kind k, T x, T t, T pw) {
   return T(0);
 }
 
-/// dl/dt. BCE: (pw - 1) softplus(-x) - x.
+/// dl/dt. BCE: (pw - 1) softplus(-x) - x, and -x when pw is 1 (PyTorch's target backward without a
+/// pos_weight is -x: so a logit of -inf gives +inf, not 0 * inf = NaN).
 template <typename T>
 HALFGRAD_HD inline T grad_target(Kind k, T x, T t, T pw) {
   switch (k) {
     case Kind::Mse: return T(-2) * (x - t);
     case Kind::L1: return -sign_of(x - t);
-    case Kind::BceWithLogits: return (pw - T(1)) * softplus_neg(x) - x;
+    case Kind::BceWithLogits: return (pw == T(1) ? T(0) : (pw - T(1)) * softplus_neg(x)) - x;
   }
   return T(0);
 }

@@ -85,6 +85,16 @@ CUDA_TEST_CASE("nonfinite cuda: sum, mean, argmax, matmul, linear, elementwise f
                  "linear_x", "add", "sub", "mul", "div", "exp", "log", "pow_2", "pow_0"});
 }
 
+CUDA_TEST_CASE("nonfinite cuda: smooth activations, sqrt, clamp, elementwise losses f32 and f16 with NaN/inf = CPU") {
+  compare_cases({"sigmoid", "tanh", "silu", "gelu", "gelu_tanh", "sqrt", "clamp_-1_2", "clamp_min_0", "mse_loss_none",
+                 "mse_loss_mean", "l1_loss_none", "l1_loss_mean", "bce_with_logits_none", "bce_with_logits_mean"});
+}
+
+CUDA_TEST_CASE("nonfinite cuda: layer_norm, group_norm, avg pools, upsample f32 and f16, NCDHW and NDHWC, NaN/inf = CPU") {
+  compare_cases({"layer_norm_x", "group_norm_x", "avg_pool3d_k2_s2", "avg_pool3d_k3_s1_p1", "adaptive_avg_pool3d_3x2x1",
+                 "upsample_nearest3d", "upsample_trilinear3d_align0", "upsample_trilinear3d_align1"});
+}
+
 CUDA_TEST_CASE("nonfinite cuda: cast float32 -> float16 [12] on the device keeps NaN/inf and overflows at 65520 = CPU") {
   compare_case("cast_float16", kFloat32, MemoryFormat::Contiguous);
 }

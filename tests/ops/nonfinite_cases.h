@@ -13,6 +13,7 @@
 #pragma once
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,41 @@ inline NonfiniteResult run_nonfinite_case(const GoldenCase& c, const NonfiniteCo
     y = ops::log(in.at("x"));
   } else if (op == "pow") {
     y = ops::pow(in.at("x"), p.at("exponent").get<double>());
+  } else if (op == "sigmoid" || op == "tanh" || op == "silu") {
+    y = op == "sigmoid" ? ops::sigmoid(in.at("x")) : op == "tanh" ? ops::tanh(in.at("x")) : ops::silu(in.at("x"));
+  } else if (op == "gelu") {
+    y = ops::gelu(in.at("x"), p.at("approximate") == "tanh" ? ops::GeluApproximate::Tanh : ops::GeluApproximate::None);
+  } else if (op == "sqrt") {
+    y = ops::sqrt(in.at("x"));
+  } else if (op == "clamp") {
+    const auto bound = [&](const char* k) {
+      return p.at(k).is_null() ? std::optional<double>() : std::optional<double>(p.at(k).get<double>());
+    };
+    y = ops::clamp(in.at("x"), bound("min"), bound("max"));
+  } else if (op == "mse_loss" || op == "l1_loss" || op == "bce_with_logits") {
+    const std::string red = p.at("reduction");
+    const ops::Reduction r = red == "none" ? ops::Reduction::None : red == "sum" ? ops::Reduction::Sum : ops::Reduction::Mean;
+    const Tensor& x = in.at("input");
+    const Tensor& t = in.at("target");
+    y = op == "mse_loss"  ? ops::mse_loss(x, t, r)
+        : op == "l1_loss" ? ops::l1_loss(x, t, r)
+                          : ops::binary_cross_entropy_with_logits(x, t, Tensor(), Tensor(), r);
+  } else if (op == "layer_norm") {
+    y = ops::layer_norm(in.at("x"), p.at("normalized_shape").get<std::vector<int64_t>>(), in.at("weight"), in.at("bias"),
+                        p.at("eps").get<double>());
+  } else if (op == "group_norm") {
+    y = ops::group_norm(in.at("x"), p.at("groups").get<int64_t>(), in.at("weight"), in.at("bias"),
+                        p.at("eps").get<double>());
+  } else if (op == "avg_pool3d") {
+    y = ops::avg_pool3d(in.at("x"), p.at("kernel").get<int64_t>(), p.at("stride").get<int64_t>(),
+                        p.at("padding").get<int64_t>());
+  } else if (op == "adaptive_avg_pool3d") {
+    const auto o = p.at("output_size").get<std::vector<int64_t>>();
+    y = ops::adaptive_avg_pool3d(in.at("x"), {o[0], o[1], o[2]});
+  } else if (op == "upsample_nearest3d" || op == "upsample_trilinear3d") {
+    const auto o = p.at("size").get<std::vector<int64_t>>();
+    y = op == "upsample_nearest3d" ? ops::upsample_nearest3d(in.at("x"), {o[0], o[1], o[2]})
+                                   : ops::upsample_trilinear3d(in.at("x"), {o[0], o[1], o[2]}, p.at("align_corners").get<bool>());
   } else if (op == "cast") {
     y = in.at("x").to(kFloat16).to(kFloat32);
   } else {

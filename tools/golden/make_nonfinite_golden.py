@@ -320,6 +320,85 @@ def groups():
     cases["cast_float16"] = case("cast_float16", "cast", {"to": "float16", "y": "the float16 values, as float32"},
                                  {"x": x}, lambda x: x.half().float(), ["x"])
 
+    # ---- the layers of issue 10 ------------------------------------------------------------------
+    # Smooth activations, on relu's row of special values (x and gy each hold NaN / +inf / -inf).
+    x = torch.tensor([NAN, INF, -INF, 0.0, 1.5, -2.0, 3.0, -1.0, 0.5, -0.5])
+    gwhere = [((6,), NAN), ((7,), INF), ((8,), -INF), ((9,), INF)]
+    act_planted = {"x": "[NaN, +inf, -inf] at 0..2", "gy": describe(gwhere)}
+    for name, f, prm in (("sigmoid", lambda x: torch.sigmoid(x), {}), ("tanh", lambda x: torch.tanh(x), {}), ("silu", lambda x: F.silu(x), {}),
+                         ("gelu", lambda x: F.gelu(x), {"approximate": "none"}),
+                         ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), {"approximate": "tanh"})):
+        cases[name] = case(name, "gelu" if name.startswith("gelu") else name, dict(prm, planted=act_planted),
+                           {"x": x}, f, ["x"], gy_where=gwhere)
+    x = torch.tensor([0.0, -1.0, 100.0, -INF, INF, NAN, 2.0, 0.25])
+    cases["sqrt"] = case("sqrt", "sqrt", {"planted": "x: 0 (dx inf), -1 (NaN), 100, -inf, inf, NaN, 2, 0.25"},
+                         {"x": x}, lambda x: torch.sqrt(x), ["x"])
+    cases["clamp_-1_2"] = case("clamp_-1_2", "clamp", {"min": -1.0, "max": 2.0, "planted": "x: NaN passes through"},
+                               {"x": x}, lambda x: x.clamp(-1.0, 2.0), ["x"], gy_where=[((7,), NAN)])
+    cases["clamp_min_0"] = case("clamp_min_0", "clamp", {"min": 0.0, "max": None}, {"x": x},
+                                lambda x: x.clamp(min=0.0), ["x"])
+    # Elementwise losses: NaN / inf in the input and in the target, reduction none and mean.
+    g = mg.gen_for("elementwise_loss")
+    xi, ti = mg.randn(g, 2, 5), mg.randn(g, 2, 5)
+    xw, tw = [((0, 1), NAN), ((1, 2), INF), ((1, 4), -INF)], [((0, 3), NAN), ((1, 0), INF)]
+    ins = {"input": plant(xi, xw), "target": plant(ti, tw)}
+    lp = {"planted": {"input": describe(xw), "target": describe(tw)}}
+    for opname, f in (("mse_loss", F.mse_loss), ("l1_loss", F.l1_loss)):
+        for red in ("none", "mean"):
+            cases["%s_%s" % (opname, red)] = case("%s_%s" % (opname, red), opname, dict(lp, reduction=red), ins,
+                                                  lambda input, target, f=f, red=red: f(input, target, reduction=red),
+                                                  ["input", "target"])
+    # BCE with logits: logits +-inf and NaN against targets 0, 1 and 0.5 (PyTorch's max-shifted form).
+    xb = torch.tensor([[INF, INF, -INF, -INF, NAN, 2.0], [INF, -INF, 0.5, -3.0, 1.0, -1.0]])
+    tb = torch.tensor([[1.0, 0.0, 1.0, 0.0, 1.0, 0.0], [0.5, 0.5, NAN, 1.0, 0.0, 1.0]])
+    for red in ("none", "mean"):
+        cases["bce_with_logits_" + red] = case("bce_with_logits_" + red, "bce_with_logits",
+                                               {"reduction": red, "planted": "input +-inf / NaN against targets 0, 1, 0.5; "
+                                                "one NaN target"},
+                                               {"input": xb, "target": tb},
+                                               lambda input, target, red=red: F.binary_cross_entropy_with_logits(
+                                                   input, target, reduction=red), ["input", "target"])
+    # layer_norm over the last dim (2, 3, 4): row 0 a NaN, row 1 +inf, row 2 +inf and -inf, rows 3.. finite.
+    g = mg.gen_for("layer_norm")
+    x, w, b = mg.randn(g, 2, 3, 4), mg.uniform(g, 0.5, 1.5, 4), mg.randn(g, 4, scale=0.3)
+    lw = [((0, 0, 1), NAN), ((0, 1, 2), INF), ((0, 2, 0), INF), ((0, 2, 3), -INF)]
+    cases["layer_norm_x"] = case("layer_norm_x", "layer_norm", {"normalized_shape": [4], "eps": 1e-5,
+                                                                 "planted": {"x": describe(lw)}},
+                                 {"x": plant(x, lw), "weight": w, "bias": b},
+                                 lambda x, weight, bias: F.layer_norm(x, (4,), weight, bias, 1e-5),
+                                 ["x", "weight", "bias"])
+    # group_norm (2, 4, 2, 2, 3), 2 groups: (n0, g0) a NaN, (n0, g1) +inf, (n1, g0) +inf and -inf, (n1, g1) finite.
+    g = mg.gen_for("group_norm")
+    x, w, b = mg.randn(g, 2, 4, 2, 2, 3) * 1.5 + 0.3, mg.uniform(g, 0.5, 1.5, 4), mg.randn(g, 4, scale=0.3)
+    gw = [((0, 1, 1, 0, 2), NAN), ((0, 2, 0, 1, 1), INF), ((1, 0, 1, 1, 0), INF), ((1, 1, 0, 0, 1), -INF)]
+    cases["group_norm_x"] = case("group_norm_x", "group_norm", {"groups": 2, "eps": 1e-5, "planted": {"x": describe(gw)}},
+                                 {"x": plant(x, gw), "weight": w, "bias": b},
+                                 lambda x, weight, bias: F.group_norm(x, 2, weight, bias, 1e-5), ["x", "weight", "bias"])
+    # Pooling and resampling of a (1, 2, 4, 4, 4) volume with NaN / +inf / -inf, and +inf with -inf in one window.
+    g = mg.gen_for("avg_pool3d")
+    x = mg.randn(g, 1, 2, 4, 4, 4)
+    aw = [((0, 0, 0, 0, 1), NAN), ((0, 0, 2, 2, 2), INF), ((0, 1, 0, 2, 0), -INF), ((0, 1, 3, 3, 3), INF),
+          ((0, 1, 2, 2, 2), -INF)]
+    xa = plant(x, aw)
+    ap = {"planted": {"x": describe(aw)}}
+    cases["avg_pool3d_k2_s2"] = case("avg_pool3d_k2_s2", "avg_pool3d", dict(ap, kernel=2, stride=2, padding=0),
+                                     {"x": xa}, lambda x: F.avg_pool3d(x, 2, 2), ["x"])
+    cases["avg_pool3d_k3_s1_p1"] = case("avg_pool3d_k3_s1_p1", "avg_pool3d", dict(ap, kernel=3, stride=1, padding=1),
+                                        {"x": xa}, lambda x: F.avg_pool3d(x, 3, 1, 1), ["x"])
+    cases["adaptive_avg_pool3d_3x2x1"] = case("adaptive_avg_pool3d_3x2x1", "adaptive_avg_pool3d",
+                                              dict(ap, output_size=[3, 2, 1]), {"x": xa},
+                                              lambda x: F.adaptive_avg_pool3d(x, (3, 2, 1)), ["x"])
+    g = mg.gen_for("upsample")
+    x = mg.randn(g, 1, 2, 2, 3, 2)
+    uw = [((0, 0, 0, 1, 1), NAN), ((0, 1, 1, 0, 0), INF), ((0, 1, 1, 2, 1), -INF)]
+    up = {"planted": {"x": describe(uw)}, "size": [4, 5, 4]}
+    cases["upsample_nearest3d"] = case("upsample_nearest3d", "upsample_nearest3d", up, {"x": plant(x, uw)},
+                                       lambda x: F.interpolate(x, size=(4, 5, 4), mode="nearest"), ["x"])
+    for ac in (False, True):
+        name = "upsample_trilinear3d_align%d" % ac
+        cases[name] = case(name, "upsample_trilinear3d", dict(up, align_corners=ac), {"x": plant(x, uw)},
+                           lambda x, ac=ac: F.interpolate(x, size=(4, 5, 4), mode="trilinear", align_corners=ac), ["x"])
+
     # ---- optimisers: one step with a NaN / inf gradient element, then a finite step ----------------
     g = mg.gen_for("optim")
     p0 = mg.randn(g, 6)
