@@ -125,7 +125,30 @@ AutocastGuard::~AutocastGuard() {
   if (counted_ && --t_state.enabled_depth == 0) t_state.cast_cache.clear();
 }
 
+namespace {
+
+// The kinds whose ops never ask autocast_dtype: they run in their input's dtype, exactly (relu,
+// leaky_relu, max_pool3d) or without touching a value (reshape, view, permute), and nll_loss has no
+// op yet (cross_entropy asks as CrossEntropy). An FP32 override of them would be accepted and change
+// nothing, so set_op_fp32 refuses it. (To be a column of HALFGRAD_OP_TABLE when the table next changes.)
+bool never_asks(OpKind kind) {
+  switch (kind) {
+    case OpKind::Relu: case OpKind::LeakyRelu: case OpKind::MaxPool3d: case OpKind::Reshape: case OpKind::View:
+    case OpKind::Permute: case OpKind::NllLoss:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 bool set_op_fp32(OpKind kind, bool fp32) {
+  HG_CHECK(!fp32 || !never_asks(kind),
+           "amp::set_op_fp32: " << op_kind_name(kind) << " cannot be moved to FP32: its op never asks the precision "
+                                << "table (it runs in its input's dtype: " << op_record(kind).why
+                                << "), so the override would change nothing; move the op that produces its input "
+                                << "(e.g. conv3d) or use an FP32 module region (Module::set_autocast_fp32)");
   bool prev = t_state.force_fp32[static_cast<size_t>(kind)];
   t_state.force_fp32[static_cast<size_t>(kind)] = fp32;
   return prev;

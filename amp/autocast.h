@@ -224,7 +224,9 @@ class AutocastGuard {
 };
 
 /// Move one op kind to the FP32 list on this thread (an FP32 allow-list entry), or back to its
-/// default list. Returns the previous override state.
+/// default list. Returns the previous override state. Throws halfgrad::Error for fp32 = true on a
+/// kind whose op never asks the table (relu, leaky_relu, max_pool3d, reshape, view, permute,
+/// nll_loss): the override would change nothing.
 bool set_op_fp32(OpKind kind, bool fp32);
 
 // ---- the weight-cast cache (see the file comment; ops::autocast_cast is its only client) ----------

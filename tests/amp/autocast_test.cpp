@@ -87,6 +87,18 @@ TEST_CASE("amp: op_kind_from_name inverts op_kind_name and lists the names for a
   CHECK_THROWS_WITH_AS(amp::op_kind_from_name("convolution"), doctest::Contains("conv_transpose3d"), Error);
 }
 
+TEST_CASE("amp: set_op_fp32 refuses the kinds whose ops never ask the table (relu, view, ...), naming the op") {
+  for (OpKind k : {OpKind::Relu, OpKind::LeakyRelu, OpKind::MaxPool3d, OpKind::Reshape, OpKind::View, OpKind::Permute,
+                   OpKind::NllLoss}) {
+    CAPTURE(amp::op_kind_name(k));
+    CHECK_THROWS_WITH_AS(amp::set_op_fp32(k, true), doctest::Contains(amp::op_kind_name(k)), Error);
+    CHECK(amp::policy(k) == amp::default_policy(k));  // the refused override left nothing behind
+    CHECK_FALSE(amp::set_op_fp32(k, false));           // moving it back to its default list is always fine
+  }
+  CHECK_FALSE(amp::set_op_fp32(OpKind::Softmax, true));  // an op that asks: accepted
+  CHECK(amp::set_op_fp32(OpKind::Softmax, false));
+}
+
 TEST_CASE("amp: inner AutocastGuard(false) runs float32 matmul and float16 sum in their inputs' types; outer state returns") {
   Tensor a = Tensor::ones({2, 4}), b = Tensor::ones({4, 3}), h = Tensor::ones({5}, kFloat16);
   amp::AutocastGuard on;
