@@ -11,8 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build-gpu}
-N=$PWD/.carry/nifti
-[ -f $N/include/nifti1_io.h ] || { echo "device_build.sh: $N is missing: run tools/gpu/pack.sh --source here first" >&2; exit 2; }
+[ -f .carry/nifti/include/nifti1_io.h ] || { echo "device_build.sh: .carry/nifti is missing: run tools/gpu/pack.sh --source here first" >&2; exit 2; }
+# Outside the source tree: the installable package's exported targets may not name paths inside it.
+N=/tmp/halfgrad-nifti
+rm -rf $N && cp -r .carry/nifti $N
 s=$SECONDS
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_SHARED_LIBS=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
   -DNIFTI_INCLUDE_DIR=$N/include -DNIFTIIO_LIBRARY=$N/lib/libniftiio.so -DZNZ_LIBRARY=$N/lib/libznz.so > $B.configure.log 2>&1 \
