@@ -1,5 +1,6 @@
 // train.h - the two subcommands of halfgrad-unet3d.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
