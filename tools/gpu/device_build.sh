@@ -19,7 +19,11 @@ s=$SECONDS
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_SHARED_LIBS=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
   -DNIFTI_INCLUDE_DIR=$N/include -DNIFTIIO_LIBRARY=$N/lib/libniftiio.so -DZNZ_LIBRARY=$N/lib/libznz.so > $B.configure.log 2>&1 \
   || { tail -40 $B.configure.log; exit 1; }
-cmake --build $B -j "$(nproc)" -- -k 0 > $B.build.log 2>&1 || { grep -E "error|Error" -A4 $B.build.log | head -60; exit 1; }
-echo "device_build.sh: built $B in $((SECONDS - s)) s"
 rm -rf .carry/build && ln -s ../$B .carry/build
 mkdir -p .carry/lib && cp -L $N/lib/*.so.* .carry/lib/ 2>/dev/null || true
+# Every target that can be built is (ninja -k 0); a failed file prints its errors and the status is 1,
+# but the programs that did build are in place for the checks that follow.
+rc=0
+cmake --build $B -j "$(nproc)" -- -k 0 > $B.build.log 2>&1 || { rc=1; grep -E "error|FAILED" -A4 $B.build.log | head -60; }
+echo "device_build.sh: built $B in $((SECONDS - s)) s (rc $rc)"
+exit $rc
