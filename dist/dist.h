@@ -3,3 +3,5 @@
 #pragma once
 #include "dist/communicator.h"
 #include "dist/in_process_communicator.h"
+#include "dist/distributed_data_parallel.h"
+#include "dist/scaler_agreement.h"
