@@ -483,10 +483,10 @@ void run_sweep_size(int64_t n, int64_t l2_bytes) {
     const bool pass32 = std::strcmp(verdict(e[0]), "PASS") == 0;
     const bool pass16 = std::strcmp(verdict(e[1]), "PASS") == 0;
     const char* check = pass32 && pass16 ? "PASS" : "FAIL";
-    std::printf("  %-4s %-50s %6.1f %5.2fx %6.1f %5.2fx  %s %.1e/%.1e  pred %s\n", id, config, tflops(ms[0]),
+    std::printf("  %-4s %-80s %6.1f %5.2fx %6.1f %5.2fx  %s %.1e/%.1e  pred %s\n", id, config, tflops(ms[0]),
                 cublas_ms[0] / ms[0], tflops(ms[1]), cublas_ms[1] / ms[1], check, e[0], e[1], predicted);
   };
-  std::printf("  %-4s %-50s %6s %6s %6s %6s  %s\n", "id", "config", "f32", "ratio", "f16", "ratio", "check");
+  std::printf("  %-4s %-80s %6s %6s %6s %6s  %s\n", "id", "config", "f32", "ratio", "f16", "ratio", "check");
   for (const halfgrad::bench::SweepVariant& v : halfgrad::bench::sweep_variants()) {
     double ms[2], e[2];
     for (bool c_half : {false, true}) {
@@ -498,7 +498,7 @@ void run_sweep_size(int64_t n, int64_t l2_bytes) {
           },
           &e[c_half]);
     }
-    print_row(v.id, v.config, v.predicted, ms, e);
+    print_row(v.id, v.config.c_str(), v.predicted, ms, e);
   }
   double ms[2], e[2];
   for (bool c_half : {false, true})

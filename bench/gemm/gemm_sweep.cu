@@ -16,6 +16,7 @@ namespace {
 
 using cuda::gemm_tiles::GemmProblem;
 using cuda::gemm_tiles::GemmTileShape;
+using namespace cuda::tensor_core;  // Block, Warp, Stages, MinBlocksPerSm, RasterGroupM, StagedEpilogue
 
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks) sweep_kernel(GemmProblem p) {
@@ -45,44 +46,44 @@ void run_shape(const SweepGemm& g) {
   HG_CUDA_LAUNCH_CHECK("gemm_sweep");
 }
 
-//                             block M, N, K   warp M, N  stages  blocks/SM  group  staged epilogue
-using ShapeA = GemmTileShape<128, 256, 32, 64, 64, 4, 1>;
-using ShapeB = GemmTileShape<128, 256, 32, 64, 64, 3, 1>;
-using ShapeC = GemmTileShape<256, 128, 32, 64, 64, 4, 1>;
-using ShapeD1 = GemmTileShape<128, 128, 32, 64, 64, 4, 2>;
-using ShapeD2 = GemmTileShape<128, 128, 32, 64, 32, 4, 2>;
-using ShapeD3 = GemmTileShape<128, 128, 64, 64, 64, 3, 2>;
-using ShapeE = GemmTileShape<128, 256, 64, 64, 64, 3, 1>;
-using ShapeE2 = GemmTileShape<128, 256, 64, 64, 64, 4, 1>;
-using ShapeF = GemmTileShape<128, 256, 32, 64, 64, 4, 1, 8, true>;
-using ShapeF2 = GemmTileShape<128, 128, 32, 64, 64, 4, 2, 8, true>;
-using ShapeG4 = GemmTileShape<128, 256, 32, 64, 64, 4, 1, 4>;
-using ShapeG16 = GemmTileShape<128, 256, 32, 64, 64, 4, 1, 16>;
-using ShapeCF = GemmTileShape<256, 128, 32, 64, 64, 4, 1, 8, true>;
-using ShapeCF4 = GemmTileShape<256, 128, 32, 64, 64, 4, 1, 4, true>;
-using ShapeS1 = GemmTileShape<64, 128, 32, 32, 64, 4, 2>;
-using ShapeS2 = GemmTileShape<64, 64, 32, 32, 32, 4, 4>;
+using ShapeA = GemmTileShape<Block<128, 256, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<1>>;
+using ShapeB = GemmTileShape<Block<128, 256, 32>, Warp<64, 64>, Stages<3>, MinBlocksPerSm<1>>;
+using ShapeC = GemmTileShape<Block<256, 128, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<1>>;
+using ShapeD1 = GemmTileShape<Block<128, 128, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<2>>;
+using ShapeD2 = GemmTileShape<Block<128, 128, 32>, Warp<64, 32>, Stages<4>, MinBlocksPerSm<2>>;
+using ShapeD3 = GemmTileShape<Block<128, 128, 64>, Warp<64, 64>, Stages<3>, MinBlocksPerSm<2>>;
+using ShapeE = GemmTileShape<Block<128, 256, 64>, Warp<64, 64>, Stages<3>, MinBlocksPerSm<1>>;
+using ShapeE2 = GemmTileShape<Block<128, 256, 64>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<1>>;
+using ShapeF = GemmTileShape<Block<128, 256, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<1>, StagedEpilogue>;
+using ShapeF2 = GemmTileShape<Block<128, 128, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<2>, StagedEpilogue>;
+using ShapeG4 = GemmTileShape<Block<128, 256, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<1>, RasterGroupM<4>>;
+using ShapeG16 = GemmTileShape<Block<128, 256, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<1>, RasterGroupM<16>>;
+using ShapeCF = GemmTileShape<Block<256, 128, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<1>, StagedEpilogue>;
+using ShapeCF4 =
+    GemmTileShape<Block<256, 128, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<1>, RasterGroupM<4>, StagedEpilogue>;
+using ShapeS1 = GemmTileShape<Block<64, 128, 32>, Warp<32, 64>, Stages<4>, MinBlocksPerSm<2>>;
+using ShapeS2 = GemmTileShape<Block<64, 64, 32>, Warp<32, 32>, Stages<4>, MinBlocksPerSm<4>>;
 
 }  // namespace
 
 const std::vector<SweepVariant>& sweep_variants() {
   static const std::vector<SweepVariant> variants = {
-      {"a", "128x256x32 s4, 8 warps 64x64, 1/SM (was production)", "0 (baseline)", run_shape<ShapeA>},
-      {"b", "128x256x32 s3, 8 warps 64x64, 1/SM", "-2%", run_shape<ShapeB>},
-      {"c", "256x128x32 s4, 8 warps (4x2) 64x64, 1/SM", "0%", run_shape<ShapeC>},
-      {"d1", "128x128x32 s4, 4 warps 64x64, 2/SM", "+5%", run_shape<ShapeD1>},
-      {"d2", "128x128x32 s4, 8 warps 64x32, 2/SM", "-8%", run_shape<ShapeD2>},
-      {"d3", "128x128x64 s3, 4 warps 64x64, 2/SM", "+7%", run_shape<ShapeD3>},
-      {"e", "128x256x64 s3, 8 warps 64x64, 1/SM", "+3%", run_shape<ShapeE>},
-      {"e2", "128x256x64 s4, 8 warps 64x64, 1/SM", "+3%", run_shape<ShapeE2>},
-      {"f", "128x256x32 s4, 1/SM, smem-staged epilogue", "+2% (f16 out +3%)", run_shape<ShapeF>},
-      {"f2", "128x128x32 s4, 4 warps 64x64, 2/SM, staged epi", "+6%", run_shape<ShapeF2>},
-      {"g4", "128x256x32 s4, 1/SM, raster group 4", "0%", run_shape<ShapeG4>},
-      {"g16", "128x256x32 s4, 1/SM, raster group 16", "0%", run_shape<ShapeG16>},
-      {"cf", "256x128x32 s4, 8 warps (4x2), 1/SM, staged epi (production)", "+3% (after run 1)", run_shape<ShapeCF>},
-      {"cf4", "256x128x32 s4, 1/SM, staged epi, raster group 4", "+3% (after run 1)", run_shape<ShapeCF4>},
-      {"s1", "64x128x32 s4, 4 warps 32x64, 2/SM (small, production)", "-15% (1024^3: +50%)", run_shape<ShapeS1>},
-      {"s2", "64x64x32 s4, 4 warps 32x32, 4/SM (small tile)", "-30% (1024^3: +40%)", run_shape<ShapeS2>},
+      {"a", ShapeA::describe() + " (was production)", "0 (baseline)", run_shape<ShapeA>},
+      {"b", ShapeB::describe(), "-2%", run_shape<ShapeB>},
+      {"c", ShapeC::describe(), "0%", run_shape<ShapeC>},
+      {"d1", ShapeD1::describe(), "+5%", run_shape<ShapeD1>},
+      {"d2", ShapeD2::describe(), "-8%", run_shape<ShapeD2>},
+      {"d3", ShapeD3::describe(), "+7%", run_shape<ShapeD3>},
+      {"e", ShapeE::describe(), "+3%", run_shape<ShapeE>},
+      {"e2", ShapeE2::describe(), "+3%", run_shape<ShapeE2>},
+      {"f", ShapeF::describe(), "+2% (f16 out +3%)", run_shape<ShapeF>},
+      {"f2", ShapeF2::describe(), "+6%", run_shape<ShapeF2>},
+      {"g4", ShapeG4::describe(), "0%", run_shape<ShapeG4>},
+      {"g16", ShapeG16::describe(), "0%", run_shape<ShapeG16>},
+      {"cf", ShapeCF::describe() + " (production)", "+3% (after run 1)", run_shape<ShapeCF>},
+      {"cf4", ShapeCF4::describe(), "+3% (after run 1)", run_shape<ShapeCF4>},
+      {"s1", ShapeS1::describe() + " (small, production)", "-15% (1024^3: +50%)", run_shape<ShapeS1>},
+      {"s2", ShapeS2::describe() + " (small tile)", "-30% (1024^3: +40%)", run_shape<ShapeS2>},
   };
   return variants;
 }

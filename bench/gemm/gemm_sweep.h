@@ -4,6 +4,7 @@
 // gains predicted for them before measuring are listed in gemm_sweep.cu and bench/gemm/README.md.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace halfgrad::bench {
@@ -18,7 +19,7 @@ struct SweepGemm {
 
 struct SweepVariant {
   const char* id;         // short letter used in README.md's table
-  const char* config;     // block MxNxK, stages, warps, blocks/SM, epilogue, raster group
+  std::string config;     // the shape's TileShape::describe() (ops/tensor_core/tile_shape.h), and a note
   const char* predicted;  // predicted change vs the baseline (a) at 4096^3 / 8192^3, written before measuring
   void (*run)(const SweepGemm&);  // queues the kernel on halfgrad::cuda::stream()
 };

@@ -13,7 +13,7 @@
 //    kStages-1 = 2 slices in flight while it multiplies the current one, so the global-memory
 //    latency hides behind the math instead of stalling it (one __syncthreads per slice, not two).
 //  * mma.sync PTX instead of the WMMA API: the register layout of every fragment is known (see
-//    mma_m16n8k16 in ops/matmul/gemm_mma_tiles.cuh), so fragments are read from shared memory with
+//    mma_m16n8k16 in ops/tensor_core/ptx.cuh), so fragments are read from shared memory with
 //    plain 32-bit (A: two adjacent k of one row) and 16-bit (B: one k, one n) loads.
 // What it still lacks: those loads are many (B needs two 16-bit loads per register) and collide in
 // shared-memory banks (rows 64 bytes apart: rows r and r+2 of A share banks; B rows are 256 bytes
@@ -25,11 +25,13 @@
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_mma_tiles.cuh"
+#include "ops/tensor_core/ptx.cuh"
 
 namespace halfgrad::bench {
 namespace {
 
-using namespace cuda::gemm_tiles;
+using namespace cuda::gemm_tiles;   // the tile loaders, swizzle, instruction shape
+using namespace cuda::tensor_core;  // the PTX wrappers (ops/tensor_core/ptx.cuh)
 
 constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 32;
 constexpr int kWarpM = 64, kWarpN = 32;
@@ -98,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) mma_cp_async_pipeline_kernel(int M, 
 #pragma unroll
       for (int mi = 0; mi < kMmaM; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < kMmaN; ++ni) mma_m16n8k16(acc[mi][ni], a[mi], b[ni]);
+        for (int ni = 0; ni < kMmaN; ++ni) mma_m16n8k16<__half>(acc[mi][ni], a[mi], b[ni]);
     }
   }
   cp_async_wait<0>();

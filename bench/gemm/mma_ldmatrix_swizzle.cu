@@ -22,11 +22,13 @@
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_mma_tiles.cuh"
+#include "ops/tensor_core/ptx.cuh"
 
 namespace halfgrad::bench {
 namespace {
 
-using namespace cuda::gemm_tiles;
+using namespace cuda::gemm_tiles;   // the tile loaders, swizzle, instruction shape
+using namespace cuda::tensor_core;  // the PTX wrappers (ops/tensor_core/ptx.cuh)
 
 constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 32;
 constexpr int kWarpM = 64, kWarpN = 32;
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) mma_ldmatrix_swizzle_kernel(int M, i
 #pragma unroll
       for (int mi = 0; mi < kMmaM; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < kMmaN; ++ni) mma_m16n8k16(acc[mi][ni], a[mi], b[ni]);
+        for (int ni = 0; ni < kMmaN; ++ni) mma_m16n8k16<__half>(acc[mi][ni], a[mi], b[ni]);
     }
   }
   cp_async_wait<0>();

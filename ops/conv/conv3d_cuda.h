@@ -6,7 +6,8 @@
 // internally (format_copy when a tensor is NCDHW). FP16 and BF16 run on Tensor Cores (16-bit
 // operands, FP32 accumulation, output rounded once; conv_igemm.cuh's TcOperand, picked by
 // tensor_core_operand); FP32 runs on FFMA. Kernels, math and layouts:
-//   conv_igemm.cuh        the implicit-GEMM view (gathers), shared primitives, pointer launchers
+//   conv_igemm.cuh        the implicit-GEMM view (gathers, GatherKind), pointer launchers; the PTX
+//                         wrappers and tile shapes are ops/tensor_core/'s, shared with the GEMM
 //   conv3d_fprop_cuda.cu  Tensor Core implicit GEMM: fprop, dgrad, conv_transpose3d forward
 //   conv3d_wgrad_cuda.cu  Tensor Core weight gradient (split over M, deterministic sum)
 //   conv3d_simt_cuda.cu   the FP32 (FFMA) twins of both

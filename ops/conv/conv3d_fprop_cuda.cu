@@ -22,6 +22,9 @@
 // Each block first decomposes its BM rows into (n, z0, y0, x0) once, in shared memory; a thread's
 // 16-byte chunk always has the same column within a K-slice, so each slice costs one (tap, c)
 // decomposition per thread and a bounds test per row.
+// Tiles are named TileShapes (FpropTileN16 ... FpropTileN128 below, ops/tensor_core/tile_shape.h).
+// Each kernel exists twice, for GatherKind::Cubic3 (3x3x3, stride 1, dilation 1: the U-Net's layers,
+// tap decomposed by constants) and GatherKind::PerAxis (everything else); launch_for_gather picks.
 //
 // Channels that are not a multiple of 8 (Cin = 1 of the first layer, Cin = 3 or 17, Cout = 3): the
 // 16-byte cp.async of 8 channels needs every chunk to start 16-byte aligned inside one tap, i.e.
@@ -56,22 +59,28 @@ namespace {
 constexpr int kBlockK = 32;       // K per pipeline stage: two m16n8k16 steps
 constexpr int kStages = 3;        // cp.async pipeline depth
 constexpr int kSmemRow = kBlockK + 8;  // 16-bit words per shared tile row; +8: conflict-free ldmatrix (header)
-constexpr int kInstrM = 16, kInstrN = 8, kInstrK = 16;
+constexpr int kInstrM = Mma16816::kM, kInstrN = Mma16816::kN, kInstrK = Mma16816::kK;
 
-template <int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_>
-struct TileConfig {
-  static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
-  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
-  static constexpr int kWarpM = kBlockM / kWarpsM, kWarpN = kBlockN / kWarpsN;
-  static constexpr int kMmaM = kWarpM / kInstrM, kMmaN = kWarpN / kInstrN;
-  static constexpr int kStageHalfs = (kBlockM + kBlockN) * kSmemRow;
-  static constexpr int kSmemBytes = kStages * kStageHalfs * 2 + kBlockM * 16;  // + row table (int4)
-  static_assert(kWarpM % kInstrM == 0 && kWarpN % (2 * kInstrN) == 0, "warp tile: m16 rows, pairs of n8 columns");
-  static_assert(kThreads % 32 == 0 && kBlockN <= kPadN && kPadN % kBlockN == 0, "B is padded to kPadN rows");
+/// A TileShape (ops/tensor_core/tile_shape.h) with K slices of kBlockK and kStages slots, plus this
+/// kernel's shared-memory layout: padded rows of A and B per stage, then the block's row table.
+template <class BlockT, class WarpT>
+struct FpropTile : TileShape<BlockT, WarpT, Stages<kStages>> {
+  using Base = TileShape<BlockT, WarpT, Stages<kStages>>;
+  static_assert(Base::kBlockK == kBlockK, "the loaders walk K in slices of kBlockK");
+  static constexpr int kStageHalfs = (Base::kBlockM + Base::kBlockN) * kSmemRow;
+  static constexpr int kSmemBytes = kStages * kStageHalfs * 2 + Base::kBlockM * 16;  // + row table (int4)
+  static_assert(Base::kWarpN % (2 * kInstrN) == 0, "warp tile: pairs of n8 columns (one ldmatrix.x4 of B)");
+  static_assert(Base::kBlockN <= kPadN && kPadN % Base::kBlockN == 0, "B is padded to kPadN rows");
 };
 
+// The tile for N output columns (file comment): 4 warps in a column for Cout 16 and 32, then 2x2 and 2x4.
+using FpropTileN16 = FpropTile<Block<128, 16, kBlockK>, Warp<32, 16>>;
+using FpropTileN32 = FpropTile<Block<128, 32, kBlockK>, Warp<32, 32>>;
+using FpropTileN64 = FpropTile<Block<128, 64, kBlockK>, Warp<64, 32>>;
+using FpropTileN128 = FpropTile<Block<128, 128, kBlockK>, Warp<64, 32>>;
+
 // Copies K-slice `kt` of A and B into stage buffers As, Bs.
-template <class Cfg, typename T>
+template <class Cfg, typename T, GatherKind kKind>
 __device__ __forceinline__ void load_slice(const Gather& g, const int4* rows, bool vector_a, const T* B, int k_pad,
                                            int block_n, int kt, T* As, T* Bs) {
   const int tid = threadIdx.x;
@@ -79,21 +88,21 @@ __device__ __forceinline__ void load_slice(const Gather& g, const int4* rows, bo
   const T* src = static_cast<const T*>(g.src);
   if (vector_a) {
     const int kc = tid % (kBlockK / 8);  // this thread's 8-channel chunk within the slice (fixed)
-    const int4 col = gather_col(g, k0 + kc * 8);
+    const int4 col = gather_col<kKind>(g, k0 + kc * 8);
     for (int idx = tid; idx < Cfg::kBlockM * (kBlockK / 8); idx += Cfg::kThreads) {
       const int r = idx / (kBlockK / 8);
-      const int64_t off = gather_offset(g, rows[r], col);
-      cp_async16(As + r * kSmemRow + kc * 8, off >= 0 ? src + off : src, off >= 0 ? 16 : 0);
+      const int64_t off = gather_offset<kKind>(g, rows[r], col);
+      cp_async_16(As + r * kSmemRow + kc * 8, off >= 0 ? src + off : src, off >= 0 ? 16 : 0);
     }
   } else {
     const int kc = tid % kBlockK;  // this thread's column within the slice (fixed)
-    const int4 col = gather_col(g, k0 + kc);
+    const int4 col = gather_col<kKind>(g, k0 + kc);
     constexpr int kPerThread = Cfg::kBlockM * kBlockK / Cfg::kThreads;
     T v[kPerThread];
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int r = (tid + j * Cfg::kThreads) / kBlockK;
-      const int64_t off = gather_offset(g, rows[r], col);
+      const int64_t off = gather_offset<kKind>(g, rows[r], col);
       v[j] = off >= 0 ? src[off] : operand_from_float<T>(0.f);
     }
 #pragma unroll
@@ -101,7 +110,7 @@ __device__ __forceinline__ void load_slice(const Gather& g, const int4* rows, bo
   }
   for (int idx = tid; idx < Cfg::kBlockN * (kBlockK / 8); idx += Cfg::kThreads) {
     const int r = idx / (kBlockK / 8), kc = idx % (kBlockK / 8);
-    cp_async16(Bs + r * kSmemRow + kc * 8, B + static_cast<int64_t>(block_n + r) * k_pad + k0 + kc * 8, 16);
+    cp_async_16(Bs + r * kSmemRow + kc * 8, B + static_cast<int64_t>(block_n + r) * k_pad + k0 + kc * 8, 16);
   }
 }
 
@@ -123,7 +132,7 @@ __device__ __forceinline__ void store_pair(const Epilogue& e, const int4* rows, 
   }
 }
 
-template <class Cfg, typename T>
+template <class Cfg, typename T, GatherKind kKind>
 __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const T* __restrict__ B, int k_pad,
                                                                   Epilogue e, bool vector_a) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -133,7 +142,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
   const int warp_m = warp % Cfg::kWarpsM, warp_n = warp / Cfg::kWarpsM;
   const int block_m = blockIdx.x * Cfg::kBlockM, block_n = blockIdx.y * Cfg::kBlockN;
 
-  for (int i = tid; i < Cfg::kBlockM; i += Cfg::kThreads) rows[i] = gather_row(g, block_m + i);
+  for (int i = tid; i < Cfg::kBlockM; i += Cfg::kThreads) rows[i] = gather_row<kKind>(g, block_m + i);
   __syncthreads();
 
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageHalfs; };
@@ -150,7 +159,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
   const int num_k = (g.K + kBlockK - 1) / kBlockK;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k) load_slice<Cfg, T>(g, rows, vector_a, B, k_pad, block_n, s, stage_a(s), stage_b(s));
+    if (s < num_k) load_slice<Cfg, T, kKind>(g, rows, vector_a, B, k_pad, block_n, s, stage_a(s), stage_b(s));
     cp_async_commit();
   }
 
@@ -159,7 +168,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
     __syncthreads();  // slice kt has landed for every thread; stage (kt-1) % kStages is free again
     const int next = kt + kStages - 1;
     if (next < num_k)
-      load_slice<Cfg, T>(g, rows, vector_a, B, k_pad, block_n, next, stage_a(next % kStages), stage_b(next % kStages));
+      load_slice<Cfg, T, kKind>(g, rows, vector_a, B, k_pad, block_n, next, stage_a(next % kStages), stage_b(next % kStages));
     cp_async_commit();
 
     const T* As = stage_a(kt % kStages);
@@ -183,7 +192,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
 #pragma unroll
       for (int i = 0; i < Cfg::kMmaM; ++i)
 #pragma unroll
-        for (int j = 0; j < Cfg::kMmaN; ++j) mma_16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
+        for (int j = 0; j < Cfg::kMmaN; ++j) mma_m16n8k16<T>(acc[i][j], a[i], b[j]);
     }
   }
   cp_async_wait<0>();
@@ -215,9 +224,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
       }
 }
 
-template <class Cfg, typename T>
+template <class Cfg, GatherKind kKind, typename T>
 void launch(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, const char* op) {
-  auto kernel = tc_igemm_kernel<Cfg, T>;
+  auto kernel = tc_igemm_kernel<Cfg, T, kKind>;
   static const bool configured = [&] {  // opt in to > 48 KiB of dynamic shared memory, once per config
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
@@ -229,13 +238,21 @@ void launch(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vect
   HG_CUDA_LAUNCH_CHECK(op);
 }
 
-// The tile configuration for N output columns (file comment), on operands of type T.
-template <typename T>
+// The tile for N output columns (file comment), on operands of type T, for one gather kind.
+template <GatherKind kKind, typename T>
 void launch_for_n(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, const char* op) {
-  if (e.N <= 16) launch<TileConfig<128, 16, 4, 1>>(g, B, k_pad, e, vector_a, op);
-  else if (e.N <= 32) launch<TileConfig<128, 32, 4, 1>>(g, B, k_pad, e, vector_a, op);
-  else if (e.N <= 64) launch<TileConfig<128, 64, 2, 2>>(g, B, k_pad, e, vector_a, op);
-  else launch<TileConfig<128, 128, 2, 4>>(g, B, k_pad, e, vector_a, op);
+  if (e.N <= 16) launch<FpropTileN16, kKind>(g, B, k_pad, e, vector_a, op);
+  else if (e.N <= 32) launch<FpropTileN32, kKind>(g, B, k_pad, e, vector_a, op);
+  else if (e.N <= 64) launch<FpropTileN64, kKind>(g, B, k_pad, e, vector_a, op);
+  else launch<FpropTileN128, kKind>(g, B, k_pad, e, vector_a, op);
+}
+
+// The gather kind (conv_igemm.cuh) as a template argument: the U-Net's 3x3x3 stride-1 convolutions
+// get the Cubic3 kernels, every other geometry the per-axis ones.
+template <typename T>
+void launch_for_gather(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, const char* op) {
+  if (gather_kind(g) == GatherKind::Cubic3) launch_for_n<GatherKind::Cubic3>(g, B, k_pad, e, vector_a, op);
+  else launch_for_n<GatherKind::PerAxis>(g, B, k_pad, e, vector_a, op);
 }
 
 }  // namespace
@@ -251,8 +268,8 @@ void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const E
               << e.kw << ") cout=" << e.cout);
   // 16-byte chunks need 8 whole channels inside one tap, starting 16-byte aligned.
   const bool vector_a = g.c % 8 == 0 && reinterpret_cast<uintptr_t>(g.src) % 16 == 0;
-  if (type == TcOperand::BFloat16) launch_for_n(g, static_cast<const __nv_bfloat16*>(B), k_pad, e, vector_a, op);
-  else launch_for_n(g, static_cast<const __half*>(B), k_pad, e, vector_a, op);
+  if (type == TcOperand::BFloat16) launch_for_gather(g, static_cast<const __nv_bfloat16*>(B), k_pad, e, vector_a, op);
+  else launch_for_gather(g, static_cast<const __half*>(B), k_pad, e, vector_a, op);
 }
 
 }  // namespace halfgrad::ops::conv::igemm

@@ -15,6 +15,8 @@
 // of shared memory with ldmatrix.trans. Warps: BM x BN = 16x128 (1x4 warps, Cout <= 16), 32x128 (1x4),
 // 64x128 (2x2), 128x128 (2x4, 256 threads). A thread's 16-byte chunk of A has the same column in
 // every slice, so its (tap, c) decomposition is made once; each slice decomposes the thread's rows.
+// Tiles are named TileShapes (WgradTileM16 ... WgradTileM128 below, ops/tensor_core/tile_shape.h);
+// each kernel exists for GatherKind::Cubic3 and GatherKind::PerAxis (conv_igemm.cuh), picked per launch.
 //
 // Channels that are not a multiple of 8 (Cin = 1, 3, 17; Cout = 3): that operand's slice is gathered
 // element by element into the same shared tile (zeros past M, past K and in the padding), so the MMAs
@@ -40,21 +42,28 @@ namespace {
 
 constexpr int kBlockK = 32;  // M rows per pipeline stage
 constexpr int kStages = 3;
-constexpr int kInstrM = 16, kInstrN = 8, kInstrK = 16;
+constexpr int kInstrM = Mma16816::kM, kInstrN = Mma16816::kN, kInstrK = Mma16816::kK;
 
-template <int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_>
-struct WgradConfig {
-  static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
-  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
-  static constexpr int kWarpM = kBlockM / kWarpsM, kWarpN = kBlockN / kWarpsN;
-  static constexpr int kMmaM = kWarpM / kInstrM, kMmaN = kWarpN / kInstrN;
+/// A TileShape (ops/tensor_core/tile_shape.h) over (Cout, K) with slices of kBlockK rows of M and
+/// kStages slots, plus this kernel's shared-memory layout: padded rows of dy's and A's slices.
+template <class BlockT, class WarpT>
+struct WgradTile : TileShape<BlockT, WarpT, Stages<kStages>> {
+  using Base = TileShape<BlockT, WarpT, Stages<kStages>>;
+  static constexpr int kBlockM = Base::kBlockM, kBlockN = Base::kBlockN, kThreads = Base::kThreads;
+  static_assert(Base::kBlockK == kBlockK, "the loaders walk M in slices of kBlockK rows");
   static constexpr int kRowA = kBlockM + 8, kRowB = kBlockN + 8;  // 16-bit words per shared row (header)
   static constexpr int kStageHalfs = kBlockK * (kRowA + kRowB);
   static constexpr int kSmemBytes = kStages * kStageHalfs * 2;
-  static_assert(kWarpM % kInstrM == 0 && kWarpN % (2 * kInstrN) == 0, "warp tile: m16 rows, pairs of n8 columns");
+  static_assert(Base::kWarpN % (2 * kInstrN) == 0, "warp tile: pairs of n8 columns (one ldmatrix.x4 of B)");
   static_assert(kThreads % (kBlockN / 8) == 0 && kThreads % kBlockN == 0 && kThreads % (kBlockM / 8 > 0 ? kBlockM / 8 : 1) == 0,
                 "a thread's column of A (and of dy) is the same in every slice");
 };
+
+// The tile for Cout (file comment): BM = Cout rounded up to 16, 32, 64 or 128; BN = 128 of K.
+using WgradTileM16 = WgradTile<Block<16, 128, kBlockK>, Warp<16, 32>>;
+using WgradTileM32 = WgradTile<Block<32, 128, kBlockK>, Warp<32, 32>>;
+using WgradTileM64 = WgradTile<Block<64, 128, kBlockK>, Warp<32, 64>>;
+using WgradTileM128 = WgradTile<Block<128, 128, kBlockK>, Warp<64, 32>>;
 
 template <typename T>
 struct WgradArgs {
@@ -66,7 +75,7 @@ struct WgradArgs {
   bool vector_a, vector_dy;
 };
 
-template <class Cfg, typename T>
+template <class Cfg, typename T, GatherKind kKind>
 __device__ __forceinline__ void load_slice(const WgradArgs<T>& p, int m0, int m_end, int co0, int n0, T* As, T* Bs) {
   const int tid = threadIdx.x;
   const Gather& g = p.g;
@@ -77,7 +86,7 @@ __device__ __forceinline__ void load_slice(const WgradArgs<T>& p, int m0, int m_
       const int m = m0 + r, co = co0 + cc * 8;
       const bool ok = m < m_end && co < p.cout;
       const T* src = ok ? p.dy + static_cast<int64_t>(m) * p.cout + co : p.dy;
-      cp_async16(As + r * Cfg::kRowA + cc * 8, src, ok ? 16 : 0);
+      cp_async_16(As + r * Cfg::kRowA + cc * 8, src, ok ? 16 : 0);
     }
   } else {
     for (int idx = tid; idx < kBlockK * Cfg::kBlockM; idx += Cfg::kThreads) {
@@ -91,26 +100,26 @@ __device__ __forceinline__ void load_slice(const WgradArgs<T>& p, int m0, int m_
   const T* src = static_cast<const T*>(g.src);
   if (p.vector_a) {
     const int kc = tid % (Cfg::kBlockN / 8);
-    const int4 col = gather_col(g, n0 + kc * 8);
+    const int4 col = gather_col<kKind>(g, n0 + kc * 8);
     for (int idx = tid; idx < kBlockK * (Cfg::kBlockN / 8); idx += Cfg::kThreads) {
       const int r = idx / (Cfg::kBlockN / 8);
       const int m = m0 + r;
-      const int64_t off = m < m_end ? gather_offset(g, gather_row(g, m), col) : -1;
-      cp_async16(Bs + r * Cfg::kRowB + kc * 8, off >= 0 ? src + off : src, off >= 0 ? 16 : 0);
+      const int64_t off = m < m_end ? gather_offset<kKind>(g, gather_row<kKind>(g, m), col) : -1;
+      cp_async_16(Bs + r * Cfg::kRowB + kc * 8, off >= 0 ? src + off : src, off >= 0 ? 16 : 0);
     }
   } else {
     const int c = tid % Cfg::kBlockN;
-    const int4 col = gather_col(g, n0 + c);
+    const int4 col = gather_col<kKind>(g, n0 + c);
     for (int idx = tid; idx < kBlockK * Cfg::kBlockN; idx += Cfg::kThreads) {
       const int r = idx / Cfg::kBlockN;
       const int m = m0 + r;
-      const int64_t off = (m < m_end && col.x >= 0) ? gather_offset(g, gather_row(g, m), col) : -1;
+      const int64_t off = (m < m_end && col.x >= 0) ? gather_offset<kKind>(g, gather_row<kKind>(g, m), col) : -1;
       Bs[r * Cfg::kRowB + c] = off >= 0 ? src[off] : operand_from_float<T>(0.f);
     }
   }
 }
 
-template <class Cfg, typename T>
+template <class Cfg, typename T, GatherKind kKind>
 __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
@@ -134,7 +143,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p)
   const int num_k = m_end > m_begin ? (m_end - m_begin + kBlockK - 1) / kBlockK : 0;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k) load_slice<Cfg, T>(p, m_begin + s * kBlockK, m_end, co0, n0, stage_a(s), stage_b(s));
+    if (s < num_k) load_slice<Cfg, T, kKind>(p, m_begin + s * kBlockK, m_end, co0, n0, stage_a(s), stage_b(s));
     cp_async_commit();
   }
   for (int kt = 0; kt < num_k; ++kt) {
@@ -142,7 +151,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p)
     __syncthreads();
     const int next = kt + kStages - 1;
     if (next < num_k)
-      load_slice<Cfg, T>(p, m_begin + next * kBlockK, m_end, co0, n0, stage_a(next % kStages), stage_b(next % kStages));
+      load_slice<Cfg, T, kKind>(p, m_begin + next * kBlockK, m_end, co0, n0, stage_a(next % kStages), stage_b(next % kStages));
     cp_async_commit();
 
     const T* As = stage_a(kt % kStages);  // (k = M rows, m = cout) : K-major A
@@ -167,7 +176,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p)
 #pragma unroll
       for (int i = 0; i < Cfg::kMmaM; ++i)
 #pragma unroll
-        for (int j = 0; j < Cfg::kMmaN; ++j) mma_16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
+        for (int j = 0; j < Cfg::kMmaN; ++j) mma_m16n8k16<T>(acc[i][j], a[i], b[j]);
     }
   }
   cp_async_wait<0>();
@@ -185,9 +194,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p)
       }
 }
 
-template <class Cfg, typename T>
+template <class Cfg, GatherKind kKind, typename T>
 void launch(const WgradArgs<T>& p, int splits, const char* op) {
-  auto kernel = tc_wgrad_kernel<Cfg, T>;
+  auto kernel = tc_wgrad_kernel<Cfg, T, kKind>;
   static const bool configured = [&] {
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
@@ -202,7 +211,17 @@ void launch(const WgradArgs<T>& p, int splits, const char* op) {
 
 int tile_m(int cout) { return cout <= 16 ? 16 : cout <= 32 ? 32 : cout <= 64 ? 64 : 128; }
 
-// The tile configuration for Cout (file comment), on operands of type T.
+template <GatherKind kKind, typename T>
+void launch_for_tile(const WgradArgs<T>& p, int splits, const char* op) {
+  switch (tile_m(p.cout)) {
+    case 16: launch<WgradTileM16, kKind>(p, splits, op); break;
+    case 32: launch<WgradTileM32, kKind>(p, splits, op); break;
+    case 64: launch<WgradTileM64, kKind>(p, splits, op); break;
+    default: launch<WgradTileM128, kKind>(p, splits, op); break;
+  }
+}
+
+// The tile for Cout (file comment) and the gather kind, on operands of type T.
 template <typename T>
 void launch_for_cout(const Gather& g, const T* dy, int cout, float* partial, int splits, const char* op) {
   WgradArgs<T> p{g, dy, cout, partial, 0, false, false};
@@ -210,12 +229,9 @@ void launch_for_cout(const Gather& g, const T* dy, int cout, float* partial, int
   p.rows_per_split = (per + kBlockK - 1) / kBlockK * kBlockK;
   p.vector_a = g.c % 8 == 0 && reinterpret_cast<uintptr_t>(g.src) % 16 == 0;
   p.vector_dy = cout % 8 == 0 && reinterpret_cast<uintptr_t>(dy) % 16 == 0;
-  switch (tile_m(cout)) {
-    case 16: launch<WgradConfig<16, 128, 1, 4>>(p, splits, op); break;
-    case 32: launch<WgradConfig<32, 128, 1, 4>>(p, splits, op); break;
-    case 64: launch<WgradConfig<64, 128, 2, 2>>(p, splits, op); break;
-    default: launch<WgradConfig<128, 128, 2, 4>>(p, splits, op); break;
-  }
+  // The gather kind (conv_igemm.cuh): Cubic3 for 3x3x3 stride-1 undilated convolutions, else PerAxis.
+  if (gather_kind(g) == GatherKind::Cubic3) launch_for_tile<GatherKind::Cubic3>(p, splits, op);
+  else launch_for_tile<GatherKind::PerAxis>(p, splits, op);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // conv_igemm.cuh - what the CUDA convolution kernels of ops/conv/ share (internal; .cu files only):
-// the implicit-GEMM view of a convolution over channels-last volumes, fast integer division, the
-// Tensor Core primitives (cp.async, ldmatrix, mma.sync.m16n8k16) and the pointer-level launchers.
+// the implicit-GEMM view of a convolution over channels-last volumes, fast integer division and the
+// pointer-level launchers. The Tensor Core primitives (cp.async, ldmatrix, mma.sync.m16n8k16) and the
+// tile-shape vocabulary are ops/tensor_core/'s (ptx.cuh, tile_shape.h), shared with the GEMM.
 //
 // 16-bit operands: the Tensor Core kernels are templates over their operand type T, __half (FP16) or
 // __nv_bfloat16 (BF16; mma.sync.m16n8k16 has .f16 and .bf16 forms on sm_80+, ldmatrix and cp.async
@@ -16,11 +17,18 @@
 //               forward gather     (conv3d fprop and wgrad):  iz = z * sd - pd + a * dd
 //               transposed gather  (conv3d dgrad):            iz * sd = z + pd - a * dd  (0 unless divisible)
 //   K = kd kh kw * C, ordered tap-major, channel-minor: the order of a KRSC weight (Cout, kd, kh, kw, Cin).
-// Per-axis values cost the hot loop nothing over a cubic kernel: gather_row applies the strides and
-// paddings once per row, gather_col the dilations once per column (it returns a * dd, not a), and the
-// transposed gather's divisibility test is skipped on an axis of stride 1, where it is the forward
-// gather with a flipped kernel: dgrad runs at fprop's speed; on an axis of stride s > 1 it is correct
-// but (s - 1) / s of that axis's taps are zero.
+// Per-axis values: gather_row applies the strides and paddings once per row, gather_col the dilations
+// once per column (it returns a * dd, not a), and the transposed gather's divisibility test is skipped
+// on an axis of stride 1, where it is the forward gather with a flipped kernel: dgrad runs at fprop's
+// speed; on an axis of stride s > 1 it is correct but (s - 1) / s of that axis's taps are zero.
+// They are not free: measured on the H200 (bench/NOTES.md), the per-axis gather made the U-Net's
+// cubic convolutions 3.5-7.6% slower than the single-k/stride/pad gather it replaced (not profiled;
+// what it adds to the hot loops: three dilation multiplies per column, three strides and paddings in
+// registers where there was one, per-axis stride tests in the transposed gather). So the gather
+// functions are templates over a GatherKind chosen per launch (gather_kind()): Cubic3 (3x3x3 kernel,
+// stride 1 and dilation 1 on every axis: the U-Net's convolutions) decomposes the tap by the constants
+// 9 and 3, multiplies by no stride or dilation and tests no divisibility; PerAxis is the general path
+// for every other geometry.
 //
 // Integers: m, kk and pixel indices are int32 (launchers check M, K and every volume < 2^31); element
 // offsets are int64 (pixel * C).
@@ -32,8 +40,13 @@
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
+#include "ops/tensor_core/ptx.cuh"
+#include "ops/tensor_core/tile_shape.h"
 
 namespace halfgrad::ops::conv::igemm {
+
+// The PTX wrappers (cp_async_16, ldmatrix_x4, mma_m16n8k16, ...) and TileShape: ops/tensor_core/.
+using namespace cuda::tensor_core;
 
 // ---- fast division by a runtime constant ------------------------------------------------------------
 /// n / d and n % d for 0 <= n < 2^31 by a multiply-high and a shift (CUTLASS's FastDivmod): with
@@ -85,8 +98,22 @@ struct Gather {
   }
 };
 
+/// What a kernel knows of the gather's geometry at compile time (file comment).
+///   PerAxis: nothing; kernel extents, strides, paddings and dilations are read from Gather per axis.
+///   Cubic3:  a 3x3x3 kernel, stride 1 and dilation 1 on every axis; the paddings are still read.
+enum class GatherKind : int { PerAxis, Cubic3 };
+
+/// The most specific GatherKind that describes g (host side, at the launch).
+inline GatherKind gather_kind(const Gather& g) {
+  const bool cubic3 = g.kd == 3 && g.kh == 3 && g.kw == 3;
+  const bool unit_stride = g.sd == 1 && g.sh == 1 && g.sw == 1;
+  const bool undilated = g.dd == 1 && g.dh == 1 && g.dw == 1;
+  return cubic3 && unit_stride && undilated ? GatherKind::Cubic3 : GatherKind::PerAxis;
+}
+
 /// Where row m starts reading: (n, z0, y0, x0) with z0 = z * sd - pd (forward) or z + pd
 /// (transposed), per axis; n = -1 marks a row past M (all zeros).
+template <GatherKind kKind = GatherKind::PerAxis>
 __device__ __forceinline__ int4 gather_row(const Gather& g, int m) {
   if (m >= g.M) return make_int4(-1, 0, 0, 0);
   int n, r, z, y, x;
@@ -94,18 +121,27 @@ __device__ __forceinline__ int4 gather_row(const Gather& g, int m) {
   g.div_ohw.divmod(r, z, r);
   g.div_ow.divmod(r, y, x);
   if (g.transposed) return make_int4(n, z + g.pd, y + g.ph, x + g.pw);
+  if constexpr (kKind == GatherKind::Cubic3) return make_int4(n, z - g.pd, y - g.ph, x - g.pw);
   return make_int4(n, z * g.sd - g.pd, y * g.sh - g.ph, x * g.sw - g.pw);
 }
 
 /// The column kk as (a dd, b dh, e dw, c): the tap's offsets along each axis, dilated; a = -1 marks a
 /// column past K.
+template <GatherKind kKind = GatherKind::PerAxis>
 __device__ __forceinline__ int4 gather_col(const Gather& g, int kk) {
   if (kk >= g.K) return make_int4(-1, 0, 0, 0);
-  int tap, c, a, r, b, e;
+  int tap, c;
   g.div_c.divmod(kk, tap, c);
-  g.div_khw.divmod(tap, a, r);
-  g.div_kw.divmod(r, b, e);
-  return make_int4(a * g.dd, b * g.dh, e * g.dw, c);
+  if constexpr (kKind == GatherKind::Cubic3) {  // tap = (a * 3 + b) * 3 + e, division by constants
+    const unsigned t = static_cast<unsigned>(tap);
+    const unsigned a = t / 9u, r = t - 9u * a, b = r / 3u;
+    return make_int4(static_cast<int>(a), static_cast<int>(b), static_cast<int>(r - 3u * b), c);
+  } else {
+    int a, r, b, e;
+    g.div_khw.divmod(tap, a, r);
+    g.div_kw.divmod(r, b, e);
+    return make_int4(a * g.dd, b * g.dh, e * g.dw, c);
+  }
 }
 
 /// One source coordinate of the transposed gather: (o - t) / s when divisible, else -1.
@@ -116,13 +152,20 @@ __device__ __forceinline__ int transposed_coord(int o, int t, int s) {
 }
 
 /// Element offset of A[row][col] in src, or -1 where A is zero (padding, past M or past K).
+template <GatherKind kKind = GatherKind::PerAxis>
 __device__ __forceinline__ int64_t gather_offset(const Gather& g, int4 row, int4 col) {
   if (row.x < 0 || col.x < 0) return -1;
   int iz, iy, ix;
   if (g.transposed) {
-    iz = transposed_coord(row.y, col.x, g.sd);
-    iy = transposed_coord(row.z, col.y, g.sh);
-    ix = transposed_coord(row.w, col.z, g.sw);
+    if constexpr (kKind == GatherKind::Cubic3) {  // stride 1: no divisibility test
+      iz = row.y - col.x;
+      iy = row.z - col.y;
+      ix = row.w - col.z;
+    } else {
+      iz = transposed_coord(row.y, col.x, g.sd);
+      iy = transposed_coord(row.z, col.y, g.sh);
+      ix = transposed_coord(row.w, col.z, g.sw);
+    }
   } else {
     iz = row.y + col.x;
     iy = row.z + col.y;
@@ -186,49 +229,6 @@ __device__ __forceinline__ int64_t output_offset(const Epilogue& e, int m, int4 
   channel = co;
   const int pix = ((row.x * e.od + row.y * e.kd + a) * e.oh + row.z * e.kh + b) * e.ow + row.w * e.kw + c;
   return static_cast<int64_t>(pix) * e.cout + co;
-}
-
-// ---- Tensor Core primitives (sm_80+) --------------------------------------------------------------
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-/// 16-byte asynchronous copy global -> shared; src_bytes 0 writes 16 zero bytes (src is not read).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
-
-/// Four 8x8 matrices of 16-bit words (FP16 or BF16) from shared memory; lane l supplies the row
-/// address of matrix l / 8.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-/// d (16x8, FP32) += a (16x16, T, row) * b (16x8, T, col), T = __half (.f16) or __nv_bfloat16 (.bf16).
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "mma.sync m16n8k16: f16 or bf16");
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
 }
 
 // ---- pointer-level launchers (conv3d_cuda.cu calls them; each checks its own preconditions) --------

@@ -57,8 +57,13 @@ using gemm_tiles::GemmTileShape;
 //     (128x256 measured 0.49-0.52x, every 2-blocks/SM and K=64 shape lower).
 //   SmallTile: 64x128x32, 4 warps 32x64, 2 blocks/SM; when LargeTile would leave SMs idle (fewer
 //     than kMinWavesForLarge blocks per SM): 0.60x at 1024^3 where LargeTile gives 0.33x.
-using LargeTile = GemmTileShape<256, 128, 32, 64, 64, 4, 1, 8, true>;
-using SmallTile = GemmTileShape<64, 128, 32, 32, 64, 4, 2>;
+using gemm_tiles::Block;
+using gemm_tiles::MinBlocksPerSm;
+using gemm_tiles::StagedEpilogue;
+using gemm_tiles::Stages;
+using gemm_tiles::Warp;
+using LargeTile = GemmTileShape<Block<256, 128, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<1>, StagedEpilogue>;
+using SmallTile = GemmTileShape<Block<64, 128, 32>, Warp<32, 64>, Stages<4>, MinBlocksPerSm<2>>;
 constexpr int64_t kMinWavesForLarge = 2;
 
 template <class S, bool kATrans, bool kBTrans, bool kVector, bool kBf16>
@@ -100,18 +105,6 @@ template <class S>
 void launch_shape(const GemmProblem& p, bool at, bool bt, bool vector, bool bf16, const char* op) {
   if (bf16) launch_layouts<S, true>(p, at, bt, vector, op);
   else launch_layouts<S, false>(p, at, bt, vector, op);
-}
-
-/// Streaming multiprocessors of the current device (looked up once per device).
-int64_t sm_count(const char* op) {
-  constexpr int kMaxDevices = 64;
-  static int counts[kMaxDevices] = {};
-  int device = 0;
-  HG_CUDA_CHECK(op, cudaGetDevice(&device));
-  if (device >= kMaxDevices) device = kMaxDevices - 1;
-  if (counts[device] == 0)
-    HG_CUDA_CHECK(op, cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  return counts[device];
 }
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
@@ -161,9 +154,9 @@ void gemm_f16(const GemmArgs& a) {
   const bool vector = a.lda % 8 == 0 && a.ldb % 8 == 0 && aligned(a.A, 16) && aligned(a.B, 16);
   const bool at = a.a_layout == GemmLayout::T;
   const bool bt = a.b_layout == GemmLayout::T;
-  if (!a.bf16 && gemm_wgmma::suits(p, vector, sm_count(op), op)) {  // the wgmma kernel is FP16-only
+  if (!a.bf16 && gemm_wgmma::suits(p, vector, sm_count(), op)) {  // the wgmma kernel is FP16-only
     gemm_wgmma::launch(p, at, bt, op);
-  } else if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count(op)) {
+  } else if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count()) {
     launch_shape<LargeTile>(p, at, bt, vector, a.bf16, op);
   } else {
     launch_shape<SmallTile>(p, at, bt, vector, a.bf16, op);

@@ -1,5 +1,5 @@
-// gemm_mma_tiles.cuh - the device-side pieces of halfgrad's FP16 / BF16 Tensor Core GEMM: PTX wrappers
-// (cp.async, ldmatrix, mma.sync), the XOR swizzle of shared-memory tiles, the predicated tile
+// gemm_mma_tiles.cuh - the device-side pieces of halfgrad's FP16 / BF16 Tensor Core GEMM (the PTX
+// wrappers it uses are ops/tensor_core/ptx.cuh's): the XOR swizzle of shared-memory tiles, the predicated tile
 // loader, and the warp-tiled block computation that ops/matmul/gemm_cuda.cu launches (and that
 // bench/gemm/mma_warp_tiled.cu launches as the top rung of the ladder). Private to ops/matmul/ and
 // bench/gemm/: no __global__ function lives here, each .cu wraps these device functions in its own.
@@ -28,71 +28,21 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/tensor_core/ptx.cuh"
+#include "ops/tensor_core/tile_shape.h"
+
 namespace halfgrad::cuda::gemm_tiles {
 
-// ---------------------------------------------------------------------------------------------
-// PTX wrappers (sm_80+). "memory" clobbers keep the compiler from moving ordinary shared-memory
-// stores (the scalar loader) across the asynchronous copies and ldmatrix reads.
-// ---------------------------------------------------------------------------------------------
+// The PTX wrappers (cp_async_16, ldmatrix_x4, mma_m16n8k16, ...) and the tile-shape vocabulary
+// (TileShape, Block, Warp, Stages, ...) are tensor_core's, shared with ops/conv/ and bench/gemm/.
+using namespace tensor_core;
 
 /// The mma.sync instruction shape: D (16x8) += A (16x16) * B (16x8).
-constexpr int kInstrM = 16;
-constexpr int kInstrN = 8;
-constexpr int kInstrK = 16;
+constexpr int kInstrM = Mma16816::kM;
+constexpr int kInstrN = Mma16816::kN;
+constexpr int kInstrK = Mma16816::kK;
 /// One 16-byte vector (cp.async, ldmatrix row) holds 8 halfs: the unit of every tile copy.
 constexpr int kChunkHalfs = 8;
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-/// Copies 16 bytes global -> shared asynchronously, bypassing L1 (.cg); only the first src_bytes
-/// (0..16) are read, the rest of the 16 shared bytes are zero-filled. This is the predication:
-/// out-of-range rows and columns become zeros in shared memory and add nothing to the sum.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/// Waits until at most `kPending` committed groups of this thread are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-/// Four 8x8 b16 matrices; lane l gives the row address of matrix l/8, row l%8. Register i holds
-/// matrix i: lane l gets row l/4, columns 2*(l%4) and 2*(l%4)+1.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-/// As ldmatrix_x4, each matrix transposed: lane l gets rows 2*(l%4) and 2*(l%4)+1 of column l/4.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-/// d (16x8 FP32) += a (16x16 FP16, row) * b (16x8 FP16, col). With g = lane/4, t = lane%4:
-///   a[0]: (g, 2t..2t+1)  a[1]: (g+8, 2t..)  a[2]: (g, 8+2t..)  a[3]: (g+8, 8+2t..)
-///   b[0]: (k 2t..2t+1, n g)  b[1]: (k 8+2t.., n g)
-///   d[0..1]: (g, 2t..2t+1)   d[2..3]: (g+8, 2t..2t+1)
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-/// The same with bfloat16 operands (same fragment layout; sm_80+).
-__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // ---------------------------------------------------------------------------------------------
 // XOR swizzle. Shared memory has 32 banks of 4 bytes: one 128-byte line. ldmatrix reads eight
@@ -297,7 +247,8 @@ __device__ __forceinline__ void store_quad(const Epilogue& e, int M, int N, int 
 
 
 // ---------------------------------------------------------------------------------------------
-// The warp-tiled block GEMM, for any tile shape GemmTileShape describes.
+// The warp-tiled block GEMM, for any tile shape GemmTileShape describes (a TileShape, tile_shape.h,
+// plus the shared-memory layout below).
 //
 // Parallel mapping: one thread block of kWarpsM x kWarpsN warps computes a kBlockM x kBlockN tile
 // of C; each warp computes kWarpM x kWarpN = kMmaM x kMmaN mma tiles of 16x8 (the ladder's rung 5,
@@ -319,24 +270,17 @@ __device__ __forceinline__ void store_quad(const Epilogue& e, int M, int N, int 
 // time through shared memory and writes whole rows of the warp tile with 16-byte (FP32) or 8-byte
 // (FP16) stores, 4 or 2 full 128-byte lines per warp store.
 // ---------------------------------------------------------------------------------------------
-template <int kBlockM_, int kBlockN_, int kBlockK_, int kWarpM_, int kWarpN_, int kStages_, int kMinBlocks_,
-          int kGroupM_ = 8, bool kStagedEpilogue_ = false>
-struct GemmTileShape {
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;
-  static constexpr int kBlockK = kBlockK_;
-  static constexpr int kWarpM = kWarpM_;
-  static constexpr int kWarpN = kWarpN_;
-  static constexpr int kWarpsM = kBlockM / kWarpM;
-  static constexpr int kWarpsN = kBlockN / kWarpN;
-  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
-  static constexpr int kStages = kStages_;
-  static constexpr int kMinBlocks = kMinBlocks_;
-  static constexpr int kGroupM = kGroupM_;
-  static constexpr bool kStagedEpilogue = kStagedEpilogue_;
-  static constexpr int kMmaM = kWarpM / kInstrM;     // mma rows per warp
-  static constexpr int kMmaN = kWarpN / kInstrN;     // mma columns per warp
-  static constexpr int kKSteps = kBlockK / kInstrK;  // k-steps per slice
+template <class... Shape>
+struct GemmTileShape : TileShape<Shape...> {
+  using Base = TileShape<Shape...>;
+  using Base::kBlockK;
+  using Base::kBlockM;
+  using Base::kBlockN;
+  using Base::kStagedEpilogue;
+  using Base::kStages;
+  using Base::kWarpN;
+  using Base::kWarpsM;
+  using Base::kWarpsN;
   static constexpr int kATileHalfs = kBlockM * kBlockK;
   static constexpr int kBTileHalfs = kBlockN * kBlockK;
   static constexpr int kStageHalfs = kATileHalfs + kBTileHalfs;
@@ -347,15 +291,12 @@ struct GemmTileShape {
   static constexpr int kEpiloguePitch = kWarpN + 8;
   static constexpr int kEpilogueBytes = kStagedEpilogue ? kWarpsM * kWarpsN * kInstrM * kEpiloguePitch * 4 : 0;
   static constexpr int kSmemBytes = kPipelineBytes > kEpilogueBytes ? kPipelineBytes : kEpilogueBytes;
-  static_assert(kBlockM % kWarpM == 0 && kBlockN % kWarpN == 0, "warps tile the block exactly");
-  static_assert(kWarpM % kInstrM == 0 && kBlockK % kInstrK == 0, "whole mma tiles");
-  static_assert(kMmaN % 2 == 0, "B fragments come two n-tiles per ldmatrix.x4");
-  static_assert(kStages >= 2, "a pipeline needs at least two slots");
+  static_assert(Base::kMmaN % 2 == 0, "B fragments come two n-tiles per ldmatrix.x4");
   static_assert(kWarpN % 32 == 0 || !kStagedEpilogue, "staged epilogue pitch assumes kWarpN % 32 == 0");
 };
 
 /// The ladder's rung 5: 128x256x32 block, 8 warps (2 x 4) of 64x64, 4 stages, one block per SM.
-using WarpTiledShape = GemmTileShape<128, 256, 32, 64, 64, 4, 1>;
+using WarpTiledShape = GemmTileShape<Block<128, 256, 32>, Warp<64, 64>, Stages<4>, MinBlocksPerSm<1>>;
 
 /// Problem description the block function reads (kept small: it is a kernel parameter).
 struct GemmProblem {
@@ -518,8 +459,8 @@ __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint
       for (int mi = 0; mi < S::kMmaM; ++mi)
 #pragma unroll
         for (int ni = 0; ni < S::kMmaN; ++ni) {
-          if constexpr (kBf16) mma_m16n8k16_bf16(acc[mi][ni], f.a[mi], f.b[ni]);
-          else mma_m16n8k16(acc[mi][ni], f.a[mi], f.b[ni]);
+          if constexpr (kBf16) mma_m16n8k16<__nv_bfloat16>(acc[mi][ni], f.a[mi], f.b[ni]);
+          else mma_m16n8k16<__half>(acc[mi][ni], f.a[mi], f.b[ni]);
         }
     }
   }

@@ -41,9 +41,12 @@
 #include <cstdint>
 
 #include "ops/matmul/gemm_mma_tiles.cuh"
+#include "ops/tensor_core/ptx.cuh"
 
 namespace halfgrad::cuda::gemm_wgmma {
 
+// The PTX wrappers (wgmma_*, matrix_descriptor, fence_proxy_async, cp_async_*): ops/tensor_core/ptx.cuh.
+using namespace tensor_core;
 using gemm_tiles::GemmProblem;
 
 constexpr int kBlockM = 128;
@@ -80,73 +83,6 @@ __host__ __device__ constexpr int64_t tile_count(int64_t M, int64_t N) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // ---------------------------------------------------------------------------------------------
-// PTX wrappers (sm_90a).
-// ---------------------------------------------------------------------------------------------
-
-/// Shared-memory matrix descriptor: start address, leading and stride byte offsets (all >> 4) and
-/// the swizzle mode in bits 62-63 (1 = 128-byte swizzle); base offset 0 (tiles are 1024-aligned).
-__device__ __forceinline__ uint64_t matrix_descriptor(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
-         (static_cast<uint64_t>(sbo >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-/// Makes this thread's generic-proxy shared-memory writes (cp.async) visible to the async proxy (wgmma).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/// Tells the compiler the accumulators may have changed (they are written asynchronously by wgmma):
-/// keeps it from reading them before wgmma_wait.
-__device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
-#pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/// d (64 x 256, FP32, the warpgroup's fragment) += A (64 x 16) * B (16 x 256), both from shared memory.
-/// kTransA / kTransB: the operand is MN-major in shared memory (see the header comment).
-/// Fragment layout: warp w of the warpgroup, lane l: d[4j + 0..1] = (16w + l/4, 8j + 2(l%4) + 0..1),
-/// d[4j + 2..3] = the same columns, row + 8.
-template <int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, %131, %132;\n"
-      "}\n"
-      :
-        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransA), "n"(kTransB));
-}
-
-// ---------------------------------------------------------------------------------------------
 // Tile loader: one operand's kMN x 64 slice into a 128-byte-swizzled tile (layouts above).
 //   kMnMajor false: global (MN, K) row-major, rows mn0.., columns k0..
 //   kMnMajor true:  global (K, MN) row-major, rows k0.., columns mn0..
@@ -179,7 +115,7 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const uint16_t* g, int6
     }
     const uint32_t dst = tile + row * kRowBytes + ((c ^ (row & 7)) << 4);
     const uint16_t* src = g + (valid ? static_cast<int64_t>(g_row) * ld + g_col : 0);
-    gemm_tiles::cp_async_16(dst, src, valid ? 16 : 0);
+    cp_async_16(dst, src, valid ? 16 : 0);
   }
 }
 
@@ -213,7 +149,7 @@ __device__ __forceinline__ void wgmma_gemm_block(const GemmProblem& p, uint8_t* 
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warpgroup = tid / 128;
-  const uint32_t smem = (gemm_tiles::shared_address(smem_raw) + 1023) & ~1023u;
+  const uint32_t smem = (shared_address(smem_raw) + 1023) & ~1023u;
   auto a_tile = [&](int slot) { return smem + slot * kStageBytes; };
   auto b_tile = [&](int slot) { return smem + slot * kStageBytes + kATileBytes; };
   auto load_slice = [&](int slot, int kt) {
@@ -230,17 +166,17 @@ __device__ __forceinline__ void wgmma_gemm_block(const GemmProblem& p, uint8_t* 
 #pragma unroll
   for (int s = 0; s < kStages - 2; ++s) {
     if (s < k_tiles) load_slice(s, s);
-    gemm_tiles::cp_async_commit();
+    cp_async_commit();
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
-    gemm_tiles::cp_async_wait<kStages - 3>();  // this thread's copies of slice kt have landed
+    cp_async_wait<kStages - 3>();  // this thread's copies of slice kt have landed
     fence_proxy_async();
     // Everyone's copies of slice kt are visible, and every warpgroup has finished the wgmmas of
     // slice kt - 2 (wait_group 1 at the end of the previous iteration): its slot can be refilled.
     __syncthreads();
     const int next = kt + kStages - 2;
     if (next < k_tiles) load_slice(next % kStages, next);
-    gemm_tiles::cp_async_commit();
+    cp_async_commit();
 
     const int slot = kt % kStages;
     wgmma_fence();
@@ -255,7 +191,7 @@ __device__ __forceinline__ void wgmma_gemm_block(const GemmProblem& p, uint8_t* 
   }
   wgmma_wait<0>();
   fence_accumulators(d);
-  gemm_tiles::cp_async_wait<0>();
+  cp_async_wait<0>();
 
   const int warp = (tid % 128) / 32;
   const int lane = tid % 32;
@@ -263,7 +199,7 @@ __device__ __forceinline__ void wgmma_gemm_block(const GemmProblem& p, uint8_t* 
     // Epilogue through shared memory: every warpgroup must be done reading the pipeline slots
     // (its own wgmma_wait above, the barrier for the other's) before they are overwritten.
     __syncthreads();
-    float* stage = reinterpret_cast<float*>(smem_raw + (smem - gemm_tiles::shared_address(smem_raw))) +
+    float* stage = reinterpret_cast<float*>(smem_raw + (smem - shared_address(smem_raw))) +
                    warpgroup * kWarpgroupM * kEpiloguePitch;
     const int r = warp * 16 + lane / 4;
 #pragma unroll
@@ -273,7 +209,7 @@ __device__ __forceinline__ void wgmma_gemm_block(const GemmProblem& p, uint8_t* 
       *reinterpret_cast<float2*>(stage + (r + 8) * kEpiloguePitch + c) = make_float2(d[4 * j + 2], d[4 * j + 3]);
     }
     // Only this warpgroup's 128 threads share this stage: a named barrier (id 1 + warpgroup).
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + warpgroup) : "memory");
+    named_barrier_sync(1 + warpgroup, 128);
     // Whole rows: 64 threads per 256-float row, one float4 each; a warp store covers 128 columns.
     const int t = tid % 128;
 #pragma unroll 4

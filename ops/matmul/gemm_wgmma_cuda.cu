@@ -43,18 +43,8 @@ void launch_layout(const GemmProblem& p, const char* op) {
 }  // namespace
 
 bool device_supported(const char* op) {
-  constexpr int kMaxDevices = 64;
-  static signed char cached[kMaxDevices] = {};  // 0 unknown, 1 yes, -1 no
-  int device = 0;
-  HG_CUDA_CHECK(op, cudaGetDevice(&device));
-  if (device >= kMaxDevices) device = kMaxDevices - 1;
-  if (cached[device] == 0) {
-    int major = 0, minor = 0;
-    HG_CUDA_CHECK(op, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    HG_CUDA_CHECK(op, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    cached[device] = major == 9 && minor == 0 ? 1 : -1;  // sm_90a code runs on 9.0 only
-  }
-  return cached[device] == 1;
+  (void)op;  // cuda::compute_capability names itself if the device is missing
+  return compute_capability() == 90;  // sm_90a code runs on compute capability 9.0 only
 }
 
 bool suits(const GemmProblem& p, bool vector, int64_t sm_count, const char* op) {

@@ -172,6 +172,8 @@ CUDA_TEST_CASE("conv3d cuda f32/f16 NCDHW/NDHWC per-axis kernel/stride/padding/d
       {1, 8, 16, 7, 5, 6, {3, 1, 3}, {1, 1, 1}, {2, 0, 1}, {2, 1, 1}, {0, 0, 0}, true},    // dilation 2 on D
       {2, 3, 8, 5, 8, 7, {2, 3, 2}, {1, 1, 3}, {1, 0, 0}, {1, 2, 1}, {0, 0, 0}, false},    // dilation on H, stride on W
       {1, 17, 80, 3, 6, 5, {3, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}, {0, 0, 0}, true},   // cubic kernel, per-axis padding
+      {1, 8, 16, 7, 6, 5, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, {2, 2, 2}, {0, 0, 0}, true},   // cubic, dilated: not Cubic3
+      {1, 8, 16, 7, 6, 5, {3, 3, 3}, {1, 1, 2}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, false},  // cubic, stride 2 on W only
       {2, 32, 48, 3, 12, 11, {1, 3, 3}, {1, 2, 2}, {0, 1, 1}, {1, 1, 1}, {0, 0, 0}, true}, // 128x64 tiles, wgrad splits
   };
   uint64_t seed = 2000;
