@@ -21,6 +21,7 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "dist/dist.h"
 #include "io/msd.h"
 #include "io/nifti.h"
 #include "io/preprocess.h"

@@ -1,0 +1,5 @@
+// dist/dist.h - data-parallel training (issue 13, docs/distributed.md): the communicator interface
+// (communicator.h), threads as ranks (in_process_communicator.h) and DistributedDataParallel.
+#pragma once
+#include "dist/communicator.h"
+#include "dist/in_process_communicator.h"
