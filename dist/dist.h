@@ -3,3 +3,5 @@
 #pragma once
 #include "dist/communicator.h"
 #include "dist/in_process_communicator.h"
+#include "dist/nccl_communicator.h"
+#include "dist/rendezvous.h"
