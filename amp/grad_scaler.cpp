@@ -164,6 +164,16 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     unscale_and_check_cuda(cuda_grads, inv_scale, st.device_found_inf.data<float>());
   }
 #endif
+  if (found_inf_all_reduce_) {  // several ranks: every rank's flag becomes the max over all of them
+    if (st.device_found_inf.defined()) {
+      if (found_inf) st.device_found_inf.fill_(1.0);  // CPU and CUDA gradients: one flag carries both
+      found_inf_all_reduce_(st.device_found_inf);     // on the device, in place
+    } else {
+      Tensor flag = Tensor::full({1}, found_inf ? 1.0 : 0.0, kFloat32);
+      found_inf_all_reduce_(flag);
+      found_inf = flag.item() != 0.0;
+    }
+  }
   st.found_inf = found_inf;
   st.all_cuda = any && !any_cpu;
   st.has_inf_check = any;

@@ -55,6 +55,18 @@
 // read before the step instead. update() reads any flag not read yet (unscale_ without step). The
 // scale and growth tracker stay on the host, updated from the flags read.
 //
+// Several ranks (data parallelism, dist/distributed_data_parallel.h): each rank's gradients are
+// averaged before unscale_, but a rank can still find an inf the others do not (an overflow in its own
+// unscale, or a gradient touched after the reduction), and a rank that skips a step the others take
+// leaves the replicas different for good. set_found_inf_all_reduce(fn) (installed by
+// dist::set_communicator, dist/scaler_agreement.h: dist sits above amp, so the scaler takes a function,
+// not a Communicator) makes unscale_ MAX-reduce its found_inf flag over the ranks, once per optimizer,
+// before step()'s skip decision and update()'s scale change: every rank then skips the same steps and
+// keeps the same scale and growth tracker. For CUDA gradients the device flag is reduced in place on
+// the device (no host synchronisation added: an NCCL all-reduce on the stream); with CPU gradients (or
+// none) a 1-element CPU FP32 flag is. Every rank must call unscale_/step for the same optimizers in
+// the same order (they are collectives then).
+//
 // Disabled (enabled(false)): scale returns the loss unchanged, unscale_ and update do nothing, step
 // calls optimizer.step() and returns true, get_scale() is 1 and state_dict() is {}.
 //
@@ -79,6 +91,7 @@
 // without them (PyTorch's own), leaving those fields as constructed.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <unordered_map>
@@ -156,6 +169,12 @@ class GradScaler {
   void update();
   /// PyTorch's update(new_scale): set S directly (rounded to FP32); the tracker is left as it is.
   void update(double new_scale);
+
+  /// The agreement of several ranks on found_inf (see the file comment): fn(flag) must replace the
+  /// 1-element FP32 `flag` (CPU or CUDA) in place by its maximum over every rank. An empty function
+  /// (the default) means one rank.
+  using FoundInfAllReduce = std::function<void(Tensor& flag)>;
+  void set_found_inf_all_reduce(FoundInfAllReduce fn) { found_inf_all_reduce_ = std::move(fn); }
 
   /// S (init_scale until the first scale()); 1 when disabled.
   double get_scale() const;
@@ -235,6 +254,7 @@ class GradScaler {
   int64_t skip_warning_after_;
   int64_t consecutive_skipped_ = 0;
   int64_t warnings_emitted_ = 0;
+  FoundInfAllReduce found_inf_all_reduce_;
 };
 
 }  // namespace halfgrad::amp

@@ -1,7 +1,10 @@
 // engine.cpp - reverse-mode replay of the tape, and the autograd members of Tensor.
 #include "core/cuda/tensor_kernels.h"
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -115,16 +118,101 @@ void check_saved_versions(const Node& node) {
   }
 }
 
+// Backward hooks: process-wide, so locked; each pass copies the list once (a hook added meanwhile
+// is seen by the next pass).
+static std::mutex g_hooks_mu;
+static std::atomic<int> g_backward_hook_count{0};
 static std::map<int, BackwardHook>& hooks() {
   static std::map<int, BackwardHook> h;
   return h;
 }
 int add_backward_hook(BackwardHook hook) {
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
   static int next = 0;
   hooks()[next] = std::move(hook);
+  g_backward_hook_count = static_cast<int>(hooks().size());
   return next++;
 }
-void remove_backward_hook(int id) { hooks().erase(id); }
+void remove_backward_hook(int id) {
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  hooks().erase(id);
+  g_backward_hook_count = static_cast<int>(hooks().size());
+}
+static std::vector<BackwardHook> backward_hooks_snapshot() {
+  std::vector<BackwardHook> out;
+  if (g_backward_hook_count.load(std::memory_order_relaxed) == 0) return out;
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  for (auto& [id, hook] : hooks()) out.push_back(hook);
+  return out;
+}
+
+// Post-accumulate-grad hooks, keyed by the leaf's TensorImpl. The weak_ptr tells a live entry from
+// one whose tensor died (its address may since belong to another tensor): a dead entry is erased.
+struct LeafHooks {
+  std::weak_ptr<TensorImpl> leaf;
+  std::vector<std::pair<int, PostAccumulateGradHook>> hooks;
+};
+static std::atomic<int> g_leaf_hook_count{0};  // entries in the table: 0 = nothing to look up
+static std::unordered_map<const TensorImpl*, LeafHooks>& leaf_hooks() {
+  static std::unordered_map<const TensorImpl*, LeafHooks> h;
+  return h;
+}
+int add_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook hook) {
+  HG_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(),
+           "add_post_accumulate_grad_hook: the tensor must be a leaf that requires grad (a parameter)");
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  static int next = 0;
+  LeafHooks& e = leaf_hooks()[leaf.impl()];
+  if (e.leaf.lock() != leaf.impl_ptr()) e = LeafHooks{leaf.impl_ptr(), {}};  // new, or a dead tensor's
+  e.hooks.emplace_back(next, std::move(hook));
+  g_leaf_hook_count = static_cast<int>(leaf_hooks().size());
+  return next++;
+}
+void remove_post_accumulate_grad_hook(const Tensor& leaf, int id) {
+  if (!leaf.defined()) return;
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  auto it = leaf_hooks().find(leaf.impl());
+  if (it == leaf_hooks().end()) return;
+  auto& v = it->second.hooks;
+  v.erase(std::remove_if(v.begin(), v.end(), [id](const auto& h) { return h.first == id; }), v.end());
+  if (v.empty() || it->second.leaf.expired()) leaf_hooks().erase(it);
+  g_leaf_hook_count = static_cast<int>(leaf_hooks().size());
+}
+// The live hooks of `leaf` (a copy: they run without the lock); empty when none.
+static std::vector<PostAccumulateGradHook> leaf_hooks_of(const std::shared_ptr<TensorImpl>& leaf) {
+  std::vector<PostAccumulateGradHook> out;
+  auto it = leaf_hooks().find(leaf.get());
+  if (it == leaf_hooks().end()) return out;
+  if (it->second.leaf.lock() != leaf) {  // a dead tensor's entry
+    leaf_hooks().erase(it);
+    g_leaf_hook_count = static_cast<int>(leaf_hooks().size());
+    return out;
+  }
+  for (auto& [id, hook] : it->second.hooks) out.push_back(hook);
+  return out;
+}
+
+// The callbacks queued by the backward pass running on this thread (nullptr outside one).
+static thread_local std::vector<std::function<void()>>* t_backward_callbacks = nullptr;
+void queue_backward_callback(std::function<void()> fn) {
+  HG_CHECK(t_backward_callbacks != nullptr,
+           "queue_backward_callback: called outside a backward pass (only hooks run by backward may queue)");
+  t_backward_callbacks->push_back(std::move(fn));
+}
+// Installs a fresh callback list for one pass (restoring an enclosing pass's on exit) and runs it.
+struct BackwardCallbackScope {
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::function<void()>>* saved = t_backward_callbacks;
+  BackwardCallbackScope() { t_backward_callbacks = &callbacks; }
+  ~BackwardCallbackScope() { t_backward_callbacks = saved; }
+  void run() {
+    for (size_t i = 0; i < callbacks.size(); ++i) {
+      std::function<void()> fn = std::move(callbacks[i]);
+      fn();  // may queue more (callbacks grows; i indexes, so no iterator is invalidated)
+    }
+    callbacks.clear();
+  }
+};
 
 // out[i] = a[i] + b[i] in dtype `d` (Float16 / BFloat16: added in float, rounded once).
 static void add_into(const Tensor& a, const Tensor& b, Tensor out) {
@@ -188,7 +276,17 @@ static void accumulate(std::shared_ptr<TensorImpl>& slot, const Tensor& g, Dtype
   }
 }
 
+// A leaf with post-accumulate-grad hooks, during one pass: how many edges into it are still to be
+// processed, whether one of them brought a gradient, and the hooks to run once none is left.
+struct PendingLeaf {
+  int remaining = 0;
+  bool got_grad = false;
+  std::vector<PostAccumulateGradHook> hooks;
+};
+
 static void run_backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
+  BackwardCallbackScope callbacks;
+  const std::vector<BackwardHook> node_hooks = backward_hooks_snapshot();
   // Topological order of the nodes reachable from root (iterative DFS, post-order).
   std::vector<Node*> order;
   std::unordered_set<Node*> seen;
@@ -209,6 +307,44 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
       stack.pop_back();
     }
   }
+  // Leaves with post-accumulate-grad hooks: count the edges into each (every edge of every reachable
+  // node is visited once below, whether or not a gradient flows through it).
+  std::unordered_map<TensorImpl*, PendingLeaf> pending;
+  if (g_leaf_hook_count.load(std::memory_order_relaxed) != 0) {
+    std::lock_guard<std::mutex> lock(g_hooks_mu);
+    std::unordered_set<TensorImpl*> without_hooks;
+    for (Node* node : order) {
+      for (const InputEdge& in : node->inputs) {
+        if (!in.defined || in.grad_fn || !in.leaf || without_hooks.count(in.leaf.get())) continue;
+        auto it = pending.find(in.leaf.get());
+        if (it == pending.end()) {
+          std::vector<PostAccumulateGradHook> h = leaf_hooks_of(in.leaf);
+          if (h.empty()) {
+            without_hooks.insert(in.leaf.get());
+            continue;
+          }
+          it = pending.emplace(in.leaf.get(), PendingLeaf{0, false, std::move(h)}).first;
+        }
+        ++it->second.remaining;
+      }
+    }
+  }
+  // After a node's edges are processed (or skipped): run the hooks of each leaf whose last edge it was.
+  auto settle_leaves = [&](Node* node, const std::vector<Tensor>* in_grads) {
+    if (pending.empty()) return;
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      const InputEdge& in = node->inputs[i];
+      if (!in.defined || in.grad_fn || !in.leaf) continue;
+      auto it = pending.find(in.leaf.get());
+      if (it == pending.end()) continue;
+      PendingLeaf& p = it->second;
+      if (in_grads && i < in_grads->size() && (*in_grads)[i].defined() && in.requires_grad()) p.got_grad = true;
+      if (--p.remaining == 0 && p.got_grad) {
+        const Tensor leaf(in.leaf);
+        for (const PostAccumulateGradHook& hook : p.hooks) hook(leaf);
+      }
+    }
+  };
   // Gradient w.r.t. each node's output, summed over its uses.
   std::unordered_map<Node*, std::shared_ptr<TensorImpl>> grads;
   grads[root_node] = seed.impl_ptr();
@@ -216,14 +352,17 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     auto found = grads.find(node);
-    if (found == grads.end()) continue;  // no gradient flowed here (e.g. through an integer path)
+    if (found == grads.end()) {  // no gradient flowed here (e.g. through an integer path)
+      settle_leaves(node, nullptr);
+      continue;
+    }
     Tensor g(found->second);
     grads.erase(found);
     HG_CHECK(!node->freed, "backward: trying to backward through the graph a second time (op '" << node->name
                                << "'); its saved tensors were freed. Pass retain_graph=true to the first backward "
                                   "if you need to backward twice");
     check_saved_versions(*node);
-    for (auto& [id, hook] : hooks()) hook(*node, g);
+    for (const BackwardHook& hook : node_hooks) hook(*node, g);
     if (anomaly) check_backward_anomaly_incoming(*node, g);
     std::vector<Tensor> in_grads;
     {
@@ -245,6 +384,7 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
         accumulate(in.leaf->grad, gi, in.leaf->dtype, in.leaf->shape, where, true);
       }
     }
+    settle_leaves(node, &in_grads);
     if (!retain_graph) {
       node->backward = nullptr;  // frees the saved tensors the closure captured
       node->saved.clear();
@@ -252,6 +392,7 @@ static void run_backward(const Tensor& root, const Tensor& seed, bool retain_gra
       node->freed = true;
     }
   }
+  callbacks.run();
 }
 
 }  // namespace halfgrad::autograd
@@ -318,6 +459,16 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph) const {
       std::vector<double> a = acc.to_double_vector(), b = seed.to_double_vector();
       for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
       acc.copy_from(Tensor::from_vector(a, shape()));
+    }
+    if (autograd::g_leaf_hook_count.load(std::memory_order_relaxed) != 0) {
+      autograd::BackwardCallbackScope callbacks;
+      std::vector<autograd::PostAccumulateGradHook> hooks;
+      {
+        std::lock_guard<std::mutex> lock(autograd::g_hooks_mu);
+        hooks = autograd::leaf_hooks_of(impl_);
+      }
+      for (const auto& hook : hooks) hook(*this);
+      callbacks.run();
     }
     return;
   }

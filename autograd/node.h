@@ -139,10 +139,33 @@ Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs
 /// Backward hooks run on every (node, grad_output) pair before the node's closure (process-wide, on
 /// whichever thread runs backward). Returns an id for remove_backward_hook. Anomaly mode does not use
 /// them: it is per thread and must also see the gradients a closure returns, so the engine calls
-/// autograd/anomaly.h's checks itself.
+/// autograd/anomaly.h's checks itself. Adding and removing are locked, so several threads may run
+/// backward while another adds a hook; a backward pass uses the hooks registered when it started.
 using BackwardHook = std::function<void(const Node& node, const Tensor& grad_output)>;
 int add_backward_hook(BackwardHook hook);
 void remove_backward_hook(int id);
+
+/// Post-accumulate-grad hooks, as PyTorch's Tensor.register_post_accumulate_grad_hook: hook(leaf)
+/// runs on the thread running backward, once per backward pass that gave `leaf` a gradient, right
+/// after the pass's LAST contribution to it has been added into leaf.grad() (the engine adds each
+/// contribution as it arrives, so it counts the graph's edges into the leaf first). It sees the
+/// accumulated .grad (earlier backwards' sums included) and may read it or copy it; replacing .grad
+/// from a hook is allowed. A hook that throws makes backward throw. A leaf that is the root of
+/// backward (x.backward() on a leaf) runs its hooks too. DistributedDataParallel launches a bucket's
+/// all-reduce from here. `leaf` must be a leaf that requires grad (halfgrad::Error otherwise). The
+/// hooks live in a table keyed by the leaf's TensorImpl (locked; a hook of a destroyed tensor is
+/// dropped, never run for a new tensor at the same address); remove them with the returned id.
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
+int add_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook hook);
+/// Removes hook `id` of `leaf` (an unknown id does nothing).
+void remove_post_accumulate_grad_hook(const Tensor& leaf, int id);
+
+/// PyTorch's Variable._execution_engine.queue_callback: `fn` runs on this thread at the end of the
+/// backward pass now running on it, after every node and every post-accumulate-grad hook, before
+/// backward() returns (DistributedDataParallel finalises its gradients here). Callbacks run in the
+/// order queued; a callback may queue another, which also runs. Only callable from inside a backward
+/// pass (a hook): throws halfgrad::Error otherwise. If the pass throws, its queued callbacks are dropped.
+void queue_backward_callback(std::function<void()> fn);
 
 /// Forward hooks run at the start of record(), before it decides whether to attach a node, so they
 /// see every op on this thread, including ops under NoGradGuard and ops on inputs without

@@ -3,5 +3,7 @@
 #pragma once
 #include "dist/communicator.h"
 #include "dist/in_process_communicator.h"
+#include "dist/distributed_data_parallel.h"
 #include "dist/nccl_communicator.h"
 #include "dist/rendezvous.h"
+#include "dist/scaler_agreement.h"
