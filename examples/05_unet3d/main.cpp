@@ -12,11 +12,17 @@
 // cli.cpp (`halfgrad-unet3d train --help`); see README.md. Exit status: 0 on success (and --help), 2
 // for a bad command line (CLI11's message, or check_train_args's), 1 for a run that fails or is
 // refused ("error: ..." on stderr).
+//
+// Several GPUs (distributed.h): `train --gpus N` makes this process the launcher of N ranks;
+// a process started with RANK and WORLD_SIZE in its environment (by that launcher, or torchrun) is a
+// rank, and its errors read "[rank R] error: ...".
+#include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 
 #include "core/error.h"
 #include "examples/05_unet3d/cli.h"
+#include "examples/05_unet3d/distributed.h"
 #include "examples/05_unet3d/predict.h"
 #include "examples/05_unet3d/train.h"
 
@@ -30,15 +36,31 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << err.what() << std::endl;
     return 2;
   }
+  // "[rank R] " before this process's errors once it knows it is one rank of several.
+  std::string prefix;
   try {
-    if (*cli.train) return unet3d_app::run_train(cli.train_args);
+    if (*cli.train) {
+      const unet3d_app::TrainArgs& t = cli.train_args;
+      const char* world = std::getenv("WORLD_SIZE");
+      if (t.gpus > 1) {
+        HG_CHECK(!world || !*world, "halfgrad-unet3d train --gpus " << t.gpus << ": WORLD_SIZE=" << world
+                                        << " is set, so a launcher (torchrun, mpirun) already started this process as "
+                                           "one rank; drop --gpus, or start the program without that launcher");
+        return unet3d_app::launch_ranks(static_cast<int>(t.gpus), std::vector<std::string>(argv + 1, argv + argc),
+                                        t.resume.empty() ? t.out : t.resume);
+      }
+      const char* rank = std::getenv("RANK");
+      if (world && *world && std::string(world) != "1") prefix = "[rank " + std::string(rank ? rank : "?") + "] ";
+      const unet3d_app::RankContext ctx = unet3d_app::join_ranks_from_env(t.device);
+      return unet3d_app::run_train(t, ctx);
+    }
     if (*cli.predict) return unet3d_app::run_predict(cli.predict_args);
     return unet3d_app::run_eval(cli.eval_args);
   } catch (const halfgrad::Error& err) {
-    std::cerr << "error: " << err.what() << std::endl;
+    std::cerr << prefix << "error: " << err.what() << std::endl;
     return 1;
   } catch (const std::exception& err) {
-    std::cerr << "error: " << err.what() << std::endl;
+    std::cerr << prefix << "error: " << err.what() << std::endl;
     return 1;
   }
 }
