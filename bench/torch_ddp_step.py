@@ -5,8 +5,12 @@
 # DDP (NCCL, default 25 MB buckets, broadcast_buffers=False as halfgrad's train loop), timed per rank.
 #
 #   torchrun --nproc_per_node N bench/torch_ddp_step.py [--batches 8,16] [--steps 20] [--warm 5] [--out F.json]
-#   (CPU check, tiny:) python3 -m torch.distributed.run --nproc_per_node 2 bench/torch_ddp_step.py \
-#       --device cpu --shape 8,8,8 --batches 2 --steps 2 --warm 1
+#   (CPU check, tiny; gloo:) /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --redirects 2 \
+#       --tee 2 --log_dir /tmp/ddp_logs bench/torch_ddp_step.py --device cpu --shape 16,16,16 --batches 2,4 \
+#       --steps 2 --warm 1
+#   (Debian's torch 1.13 on Python 3.12: torchrun's default --redirects 0 fails in to_map, because
+#   Python 3.12's Flag iteration no longer yields Std.NONE; 2 (stderr to log_dir, teed) works.
+#   The U-Net pools 4 times: every extent must be a multiple of 16.)
 #
 # Prints, on rank 0, one JSON line per per-GPU batch: world size, per-GPU batch B (global B * N), the
 # median step time over ranks' medians (ms, CUDA events around a step; each step ends with a

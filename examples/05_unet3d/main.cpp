@@ -24,6 +24,8 @@
 #include "examples/05_unet3d/cli.h"
 #include "examples/05_unet3d/distributed.h"
 #include "examples/05_unet3d/predict.h"
+#include "examples/05_unet3d/resume.h"
+#include "examples/05_unet3d/run_checkpoint.h"
 #include "examples/05_unet3d/train.h"
 
 int main(int argc, char** argv) {
@@ -50,8 +52,14 @@ int main(int argc, char** argv) {
                                         t.resume.empty() ? t.out : t.resume);
       }
       const char* rank = std::getenv("RANK");
-      if (world && *world && std::string(world) != "1") prefix = "[rank " + std::string(rank ? rank : "?") + "] ";
-      const unet3d_app::RankContext ctx = unet3d_app::join_ranks_from_env(t.device);
+      const bool ranked = world && *world && std::string(world) != "1";
+      if (ranked) prefix = "[rank " + std::string(rank ? rank : "?") + "] ";
+      // A resumed run's device is the one it was started with (its training state), not --device's default.
+      const std::string device =
+          !ranked || t.resume.empty()
+              ? t.device
+              : unet3d_app::resumed_args(t, unet3d_app::read_run_training_meta(t.resume)).device;
+      const unet3d_app::RankContext ctx = unet3d_app::join_ranks_from_env(device);
       return unet3d_app::run_train(t, ctx);
     }
     if (*cli.predict) return unet3d_app::run_predict(cli.predict_args);
