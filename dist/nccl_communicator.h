@@ -14,7 +14,10 @@
 // by the host may be handed to the next kernel queued there, while NCCL on the other stream still
 // reads or writes it. So the Work keeps the tensor (its storage) alive until wait(); its destructor
 // does wait() when nobody did, so the block is returned only after cuda::stream() is ordered after
-// the collective. A caller must not write `t` between all_reduce_async and wait() (communicator.h).
+// the collective. A caller must not write `t` between all_reduce_async and wait() (communicator.h),
+// and a Work must not outlive its communicator (wait() asks the communicator for NCCL's async error).
+// NCCL does not compare the ranks' arguments: a shape or dtype that differs between ranks is not
+// the Error of communicator.h here but a hang or garbage; the in-process group (tests) checks it.
 //
 // Failure: NCCL has no notion of a rank that died; its peers would wait in the kernel forever. So the
 // program must agree to stop (examples/05_unet3d: a reduced stop flag every step) before a rank leaves,

@@ -28,9 +28,10 @@
 // vector: its loss and a "failed" flag per rank. A rank whose batch, forward or loss threw holds the
 // error until then; if any flag is set, every rank throws ("rank R failed: ..." on R, "rank R failed;
 // stopping" on the others) instead of waiting in a collective forever. The same at the end of each
-// epoch (rank 0's validation and checkpoint; --max-minutes, by rank 0's clock). An error inside
-// backward or the optimizer step (in the middle of the collectives) cannot be agreed on: that rank
-// exits, and the launcher's grace period ends the others.
+// epoch (rank 0's validation and checkpoint; --max-minutes, by rank 0's clock), and once after rank
+// 0's run-folder check. An error inside backward or the optimizer step (in the middle of the
+// collectives), or in the setup between the run-folder check and the first step (data, memory, DDP's
+// broadcast), cannot be agreed on: that rank exits, and the launcher's grace period ends the others.
 //
 // World size 1 (no --gpus, or --gpus 1, and no WORLD_SIZE) uses none of this: no DDP, no
 // agreement, the single-GPU program bit for bit.
