@@ -54,8 +54,11 @@ std::string visible_device_for(const char* visible, int local_rank) {
 RankContext join_ranks_from_env(const std::string& device) {
   const dist::RendezvousConfig config = dist::RendezvousConfig::from_env();
   RankContext ctx;
-  if (config.world_size == 1) return ctx;
-  HG_CHECK(device == "cuda", "halfgrad-unet3d train: WORLD_SIZE=" << config.world_size
+  const char* force = std::getenv("HALFGRAD_FORCE_DISTRIBUTED");
+  const bool forced = force && std::string(force) == "1";
+  if (config.world_size == 1 && !forced) return ctx;
+  HG_CHECK(device == "cuda", "halfgrad-unet3d train: "
+                                 << (forced ? "HALFGRAD_FORCE_DISTRIBUTED=1" : "WORLD_SIZE=" + std::to_string(config.world_size))
                                  << " (a distributed launch) needs --device cuda: the ranks talk through NCCL, one "
                                     "GPU each; got --device " << device);
   // Before the first CUDA call: this process sees only its GPU, as device 0.

@@ -34,7 +34,10 @@
 // broadcast), cannot be agreed on: that rank exits, and the launcher's grace period ends the others.
 //
 // World size 1 (no --gpus, or --gpus 1, and no WORLD_SIZE) uses none of this: no DDP, no
-// agreement, the single-GPU program bit for bit.
+// agreement, the single-GPU program bit for bit. HALFGRAD_FORCE_DISTRIBUTED=1 runs the distributed
+// path anyway with one rank (an NCCL group of one, DDP, the agreements, on --device cuda): the way to
+// test it on a machine with one GPU. Its checkpoint must be the same bytes as without it (one rank's
+// all-reduce is the identity and DDP divides by nothing at world size 1).
 #pragma once
 #include <cstdint>
 #include <exception>
@@ -59,14 +62,16 @@ BatchSlice rank_batch_slice(int64_t global_batch, int world_size, int rank);
 struct RankContext {
   int rank = 0;
   int world_size = 1;
-  std::shared_ptr<halfgrad::dist::Communicator> comm;  // NCCL; null for world size 1
-  bool distributed() const { return world_size > 1; }
+  std::shared_ptr<halfgrad::dist::Communicator> comm;  // NCCL; null for world size 1 (unless forced)
+  /// The distributed path (DDP, agreements): world size > 1, or HALFGRAD_FORCE_DISTRIBUTED=1.
+  bool distributed() const { return comm != nullptr; }
   bool is_root() const { return rank == 0; }
 };
 
-/// With RANK and WORLD_SIZE in the environment (set by launch_ranks or torchrun) and world size > 1:
-/// picks this rank's GPU (CUDA_VISIBLE_DEVICES, see the file comment; before CUDA is first used),
-/// rendezvous and NCCL (dist/nccl_communicator.h). Otherwise RankContext{}. Throws halfgrad::Error
+/// With RANK and WORLD_SIZE in the environment (set by launch_ranks or torchrun) and world size > 1,
+/// or with HALFGRAD_FORCE_DISTRIBUTED=1: picks this rank's GPU (CUDA_VISIBLE_DEVICES, see the file
+/// comment; before CUDA is first used), rendezvous and NCCL (dist/nccl_communicator.h). Otherwise
+/// RankContext{}. Throws halfgrad::Error
 /// for bad variables (naming them), for `device` other than "cuda" in a multi-rank run, and for
 /// NCCL's failures.
 RankContext join_ranks_from_env(const std::string& device);
