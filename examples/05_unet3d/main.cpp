@@ -1,7 +1,7 @@
 // halfgrad-unet3d - the main job: train a 3D U-Net to segment MRI volumes, evaluate it, and
 // segment new volumes with it (predict).
 //
-//   halfgrad-unet3d train [--data DIR] --out RUN_DIR [--overwrite] [--device cpu|cuda]
+//   halfgrad-unet3d train [--data DIR] --out RUN_DIR [--overwrite] [--device cpu|cuda [--gpus N]]
 //                         [--epochs N --batch B --lr X --seed S --config NAME]
 //                         [--opt-level O0|O1|O2|O3 | --amp] [--fp32-op NAME ...] [--fp32-module PREFIX ...]
 //   halfgrad-unet3d eval  [--data DIR] --checkpoint FILE [--device cpu|cuda] [--overlay DIR]
