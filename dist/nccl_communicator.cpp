@@ -5,9 +5,12 @@
 
 #if HALFGRAD_NCCL
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <chrono>
+#include <mutex>
+#include <type_traits>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -22,10 +25,59 @@ namespace halfgrad::dist {
 
 namespace {
 
+// libnccl is loaded on first use (dlopen), not linked: every halfgrad program then starts on a
+// machine without NCCL (it is 200+ MB and often not installed where a single GPU trains), and only
+// the nccl backend fails there, saying so. The calls below go through this table; nccl.h gives the
+// types and signatures. Search order: libnccl.so.2 on the loader's path (LD_LIBRARY_PATH, e.g.
+// PyTorch's nvidia/nccl/lib), then the library CMake found (HALFGRAD_NCCL_PATH).
+struct NcclApi {
+  decltype(&::ncclGetUniqueId) ncclGetUniqueId = nullptr;
+  decltype(&::ncclCommInitRank) ncclCommInitRank = nullptr;
+  decltype(&::ncclCommDestroy) ncclCommDestroy = nullptr;
+  decltype(&::ncclCommAbort) ncclCommAbort = nullptr;
+  decltype(&::ncclCommGetAsyncError) ncclCommGetAsyncError = nullptr;
+  decltype(&::ncclAllReduce) ncclAllReduce = nullptr;
+  decltype(&::ncclBroadcast) ncclBroadcast = nullptr;
+  decltype(&::ncclGetErrorString) ncclGetErrorString = nullptr;
+  decltype(&::ncclGetLastError) ncclGetLastError = nullptr;
+};
+
+const NcclApi& nccl() {
+  static NcclApi api;
+  static std::string error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+#ifdef HALFGRAD_NCCL_PATH
+    if (!h) h = dlopen(HALFGRAD_NCCL_PATH, RTLD_NOW | RTLD_GLOBAL);
+#endif
+    if (!h) {
+      error = std::string("cannot load libnccl.so.2 (") + dlerror() +
+              "); put the folder holding it on LD_LIBRARY_PATH (the CUDA toolkit's lib, or PyTorch's nvidia/nccl/lib)";
+      return;
+    }
+    const auto get = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      if (!fn && error.empty()) error = std::string("libnccl.so.2 has no ") + name + " (NCCL older than 2.13?)";
+    };
+    get(api.ncclGetUniqueId, "ncclGetUniqueId");
+    get(api.ncclCommInitRank, "ncclCommInitRank");
+    get(api.ncclCommDestroy, "ncclCommDestroy");
+    get(api.ncclCommAbort, "ncclCommAbort");
+    get(api.ncclCommGetAsyncError, "ncclCommGetAsyncError");
+    get(api.ncclAllReduce, "ncclAllReduce");
+    get(api.ncclBroadcast, "ncclBroadcast");
+    get(api.ncclGetErrorString, "ncclGetErrorString");
+    get(api.ncclGetLastError, "ncclGetLastError");
+  });
+  HG_CHECK(error.empty(), "nccl: " << error);
+  return api;
+}
+
 [[noreturn]] void throw_nccl(const char* op, const char* call, ncclResult_t r, ncclComm_t comm) {
-  std::string detail = ncclGetErrorString(r);
+  std::string detail = nccl().ncclGetErrorString(r);
   if (comm) {
-    const char* last = ncclGetLastError(comm);
+    const char* last = nccl().ncclGetLastError(comm);
     if (last && *last) detail += " (" + std::string(last) + ")";
   }
   HG_FAIL(op << ": " << call << " failed: " << detail);
@@ -71,7 +123,7 @@ class NcclWork : public Work {
     HG_CUDA_CHECK("all_reduce (nccl): Work::wait", cudaStreamWaitEvent(cuda::stream(), done_, 0));
     keep_ = Tensor();  // the storage may now be reused: cuda::stream() runs after the collective
     ncclResult_t async = ncclSuccess;
-    HG_NCCL_CHECK("all_reduce (nccl): Work::wait", ncclCommGetAsyncError(comm_, &async), comm_);
+    HG_NCCL_CHECK("all_reduce (nccl): Work::wait", nccl().ncclCommGetAsyncError(comm_, &async), comm_);
     if (async != ncclSuccess) throw_nccl("all_reduce (nccl)", "the collective (asynchronous error)", async, comm_);
   }
 
@@ -95,7 +147,7 @@ class NcclCommunicator : public Communicator {
     ncclUniqueId id;
     std::memcpy(&id, unique_id.data(), sizeof id);
     HG_CUDA_CHECK("make_nccl_communicator", cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
-    const ncclResult_t r = ncclCommInitRank(&comm_, world_size, id, rank);
+    const ncclResult_t r = nccl().ncclCommInitRank(&comm_, world_size, id, rank);
     if (r != ncclSuccess) {
       cudaStreamDestroy(comm_stream_);
       throw_nccl("make_nccl_communicator", "ncclCommInitRank", r, nullptr);
@@ -110,8 +162,8 @@ class NcclCommunicator : public Communicator {
     cudaError_t q;
     while ((q = cudaStreamQuery(comm_stream_)) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (q == cudaSuccess) ncclCommDestroy(comm_);
-    else ncclCommAbort(comm_);
+    if (q == cudaSuccess) nccl().ncclCommDestroy(comm_);
+    else nccl().ncclCommAbort(comm_);
     cudaStreamDestroy(comm_stream_);
   }
 
@@ -124,7 +176,7 @@ class NcclCommunicator : public Communicator {
     const ncclDataType_t dt = nccl_dtype(t.dtype());
     cudaEvent_t done = enqueue_after_main("all_reduce (nccl)", [&] {
       HG_NCCL_CHECK("all_reduce (nccl)",
-                    ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), dt, nccl_op(op), comm_,
+                    nccl().ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), dt, nccl_op(op), comm_,
                                   comm_stream_),
                     comm_);
     });
@@ -138,7 +190,7 @@ class NcclCommunicator : public Communicator {
     // Any dtype: the bytes are copied as they are.
     cudaEvent_t done = enqueue_after_main("broadcast (nccl)", [&] {
       HG_NCCL_CHECK("broadcast (nccl)",
-                    ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_, comm_stream_), comm_);
+                    nccl().ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_, comm_stream_), comm_);
     });
     if (rank_ != root) t.bump_version();
     NcclWork(t, done, comm_).wait();
@@ -189,7 +241,7 @@ bool nccl_compiled() { return true; }
 
 Blob nccl_unique_id() {
   ncclUniqueId id;
-  HG_NCCL_CHECK("nccl_unique_id", ncclGetUniqueId(&id), nullptr);
+  HG_NCCL_CHECK("nccl_unique_id", nccl().ncclGetUniqueId(&id), nullptr);
   const uint8_t* p = reinterpret_cast<const uint8_t*>(&id);
   return Blob(p, p + sizeof id);
 }

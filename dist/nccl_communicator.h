@@ -25,7 +25,9 @@
 // error names the call and ncclGetErrorString's text.
 //
 // Built when HALFGRAD_NCCL is on (CMake finds nccl.h and libnccl in the CUDA toolkit); otherwise the
-// functions below throw halfgrad::Error saying so.
+// functions below throw halfgrad::Error saying so. libnccl.so.2 is loaded on first use (dlopen:
+// LD_LIBRARY_PATH, then the path CMake found), not linked, so programs start without it; where it
+// cannot be loaded, the functions below throw "nccl: cannot load libnccl.so.2 (...)".
 #pragma once
 #include <memory>
 
