@@ -30,6 +30,9 @@ EPOCHS=${EPOCHS:-8}
 BATCHES=${BATCHES:-"8 16"}
 export HALFGRAD_REFERENCE=${HALFGRAD_REFERENCE:-$PWD/../shared/reference}
 mkdir -p "$OUT"
+# halfgrad loads libnccl.so.2 at run time: LD_LIBRARY_PATH first, then PyTorch's wheel's copy.
+nccl_dir=$($PYTHON -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+[ -n "$nccl_dir" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nccl_dir
 (( EPOCHS >= 3 )) || { echo "EPOCHS must be >= 3 (epochs 2..EPOCHS-1 are timed)"; exit 2; }
 [ -f "$HIPPO/dataset.json" ] || { echo "no hippocampus data at $HIPPO (set HIPPO)"; exit 2; }
 
