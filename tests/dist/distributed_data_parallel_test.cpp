@@ -22,6 +22,7 @@
 #include "ops/reduce/reduce.h"
 #include "optim/sgd.h"
 #include "tests/check_error.h"
+#include "tests/cuda/cuda_test_case.h"
 #include "tests/dist/dist_test_util.h"
 
 using namespace halfgrad;
@@ -352,6 +353,42 @@ TEST_CASE("ddp check_replicas: identical after construction; a perturbed weight 
       CHECK_MESSAGE(m.find("check_replicas(after the perturbation)") != std::string::npos, m);
       CHECK_MESSAGE(m.find("parameter '2.weight' [2, 3, 3, 3, 3] float32 differs between ranks") != std::string::npos, m);
       CHECK_MESSAGE(m.find("1 of 4 parameters differ") != std::string::npos, m);
+    }
+  }
+}
+
+CUDA_TEST_CASE("ddp cuda f32 and f16 buckets: 2 ranks on halves of the batch give one CUDA rank's whole-batch gradient") {
+  const Tensor x = batch_tensor(kInput, 7), y = batch_tensor(kTarget, 8);
+  for (bool half_model : {false, true}) {
+    CAPTURE(half_model);
+    auto ref_net = small_conv_net(100);
+    ref_net->to(Device::CUDA);
+    if (half_model) ref_net->to(kFloat16);
+    const Dtype dt = half_model ? kFloat16 : kFloat32;
+    ops::mse_loss((*ref_net)(x.cast_copy(dt).copy_to(Device::CUDA)), y.cast_copy(dt).copy_to(Device::CUDA)).backward();
+    const auto want = grads_of(*ref_net);
+    std::vector<std::map<std::string, std::vector<float>>> got(2);
+    run_ranks(2, [&](Communicator& c) {
+      auto comm = std::shared_ptr<Communicator>(&c, [](Communicator*) {});
+      auto net = small_conv_net(100 + c.rank());
+      net->to(Device::CUDA);
+      if (half_model) net->to(kFloat16);
+      DistributedDataParallel ddp(net, comm, DdpOptions().bucket_cap_mb(400.0 / (1 << 20)));
+      CHECK(ddp.buckets().size() >= 2);
+      const int64_t per = kBatch / 2;
+      ops::mse_loss(ddp(samples(x, c.rank() * per, per).cast_copy(dt).copy_to(Device::CUDA)),
+                    samples(y, c.rank() * per, per).cast_copy(dt).copy_to(Device::CUDA))
+          .backward();
+      got[c.rank()] = grads_of(ddp.module());
+      ddp.check_replicas("cuda");
+    });
+    CHECK(got[0] == got[1]);
+    for (const auto& [name, g] : want) {
+      CAPTURE(name);
+      // FP32: the sums are grouped differently. FP16: each half's weight gradient is rounded to FP16
+      // before the average (a few roundings of 2^-11 relative to the largest element).
+      const double tol = half_model ? 2e-2 * max_abs(g) : 1e-6 + 1e-5 * max_abs(g);
+      CHECK(max_abs_diff(got[0].at(name), g) <= tol);
     }
   }
 }
