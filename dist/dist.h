@@ -4,4 +4,6 @@
 #include "dist/communicator.h"
 #include "dist/in_process_communicator.h"
 #include "dist/distributed_data_parallel.h"
+#include "dist/nccl_communicator.h"
+#include "dist/rendezvous.h"
 #include "dist/scaler_agreement.h"

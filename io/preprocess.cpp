@@ -97,7 +97,7 @@ Sample prepare_fixed_shape(const Tensor& image, const Tensor& label, const Shape
   return Sample{pad_or_crop(zscore(image), shape), pad_or_crop(label, shape)};
 }
 
-Sample random_patch(const Sample& sample, const PatchOptions& options, Generator& gen) {
+std::array<int64_t, 3> random_patch_start(const Sample& sample, const PatchOptions& options, Generator& gen) {
   check_sample(sample, "random_patch");
   check_extent(options.size, "random_patch");
   HG_CHECK(options.foreground_prob >= 0.0 && options.foreground_prob <= 1.0,
@@ -122,7 +122,12 @@ Sample random_patch(const Sample& sample, const PatchOptions& options, Generator
   } else {
     for (int d = 0; d < 3; ++d) start[d] = in[d] > size[d] ? gen.randint(in[d] - size[d] + 1) : 0;
   }
-  return Sample{extract_region(sample.image, start, size), extract_region(sample.label, start, size)};
+  return start;
+}
+
+Sample random_patch(const Sample& sample, const PatchOptions& options, Generator& gen) {
+  const std::array<int64_t, 3> start = random_patch_start(sample, options, gen);
+  return Sample{extract_region(sample.image, start, options.size), extract_region(sample.label, start, options.size)};
 }
 
 Tensor flip(const Tensor& vol, int64_t axis) {

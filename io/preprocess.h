@@ -64,6 +64,11 @@ struct PatchOptions {
 /// Throws halfgrad::Error if the sample is malformed (see Sample), size is not 3 positive
 /// extents, or foreground_prob is outside [0, 1].
 Sample random_patch(const Sample& sample, const PatchOptions& options, Generator& gen);
+/// The start corner (z, y, x) random_patch crops at, drawing exactly what random_patch draws from
+/// `gen` (random_patch is random_patch_start, then the crop): a caller that skips a sample without
+/// building it keeps the generator in step (examples/05_unet3d: each rank builds its slice of the
+/// global batch). Same checks and errors as random_patch.
+std::array<int64_t, 3> random_patch_start(const Sample& sample, const PatchOptions& options, Generator& gen);
 
 /// vol reversed along `axis` (0 = z, 1 = y, 2 = x); float32 or int64 (D, H, W).
 /// Throws halfgrad::Error if vol is not such a volume or axis is not 0, 1 or 2.

@@ -95,6 +95,11 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
                     "run modules whose name starts with PREFIX in FP32 under autocast (repeatable; e.g. dec.3, head)");
   train->add_option("--device", t.device, "cpu (default) or cuda: where the model, the batches and every op run")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  train->add_option("--gpus", t.gpus,
+                    "data-parallel training on N GPUs of this host with --device cuda: N processes, one GPU each, "
+                    "NCCL; --batch stays the global batch (split evenly; a multiple of N). Default 1. Under "
+                    "torchrun/mpirun (WORLD_SIZE set) leave it out: each process is one rank")
+      ->transform(decimal_integer(1, kMaxGpus));
   train->add_option("--memory-format", t.memory_format,
                     "activations' layout on cuda: ndhwc (channels-last, the default there; what the Tensor Core "
                     "convolutions read) or ncdhw. The CPU runs NCDHW only: ndhwc with --device cpu is an error")
@@ -185,6 +190,10 @@ void check_train_args(const TrainArgs& a) {
   HG_CHECK(!(a.device == "cpu" && a.memory_format == "ndhwc"),
            "halfgrad-unet3d train: --memory-format ndhwc asks for channels-last activations, but with --device cpu "
            "every op runs NCDHW (channels-last is a CUDA layout here); drop --memory-format, or use --device cuda");
+  const bool gpus_given = std::find(a.given.begin(), a.given.end(), "--gpus") != a.given.end();
+  HG_CHECK(!gpus_given || !a.resume.empty() || a.device == "cuda",  // a resumed run's device is its own
+           "halfgrad-unet3d train: --gpus " << a.gpus << " runs one process per GPU (NCCL), but the device is --device "
+                                            << a.device << "; add --device cuda, or drop --gpus");
 }
 
 }  // namespace unet3d_app

@@ -24,6 +24,7 @@ constexpr uint64_t kMaxEpochs = 1000000;
 constexpr uint64_t kMaxBatch = 1000000;        // the memory check refuses most of these long before
 constexpr uint64_t kMaxEvery = 1000000000;     // --val-every, --save-every, --grad-stats-every
 constexpr uint64_t kMaxWorkers = 64;           // --workers, --prefetch
+constexpr uint64_t kMaxGpus = 64;              // --gpus: the ranks of one host
 
 /// A CLI11 transform for an integer option: `s` must be decimal digits whose value lies in [lo, hi];
 /// it is rewritten without leading zeros, so CLI11's own conversion (which reads "010" as octal) sees
@@ -56,7 +57,8 @@ struct CommandLine {
 
 /// What the parser cannot see; throws halfgrad::Error naming the options: --memory-format ndhwc
 /// with --device cpu (an explicit request the CPU ops cannot honour: they run NCDHW only; the
-/// default, --memory-format unset, means ndhwc on cuda and NCDHW on the CPU without a word).
+/// default, --memory-format unset, means ndhwc on cuda and NCDHW on the CPU without a word), and
+/// --gpus without --device cuda (the ranks are GPUs talking through NCCL).
 void check_train_args(const TrainArgs& a);
 
 }  // namespace unet3d_app

@@ -96,17 +96,29 @@ uint64_t batch_seed(uint64_t run_seed, int64_t step) {
 
 void make_training_batch(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step, Tensor& x,
                          Tensor& y) {
+  make_training_batch_slice(data, r, run_seed, step, 0, r.batch, x, y);
+}
+
+void make_training_batch_slice(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step, int64_t begin,
+                               int64_t end, Tensor& x, Tensor& y) {
   HG_CHECK(!data.train.empty(), "halfgrad-unet3d: no training volumes");
   HG_CHECK(step >= 0, "halfgrad-unet3d: make_training_batch: step " << step << " is negative");
+  HG_CHECK(0 <= begin && begin < end && end <= r.batch,
+           "halfgrad-unet3d: make_training_batch: samples [" << begin << ", " << end << ") of a batch of " << r.batch
+                                                             << "; expected 0 <= begin < end <= batch");
   Generator gen(batch_seed(run_seed, step));
   std::vector<io::Sample> samples;
   const bool patches = r.patch[0] > 0;
-  for (int64_t b = 0; b < r.batch; ++b) {
+  const io::PatchOptions patch = io::PatchOptions().with_size(to_shape(r.patch)).with_foreground_prob(r.foreground_prob);
+  for (int64_t b = 0; b < end; ++b) {
     const SegVolume& v = data.train[gen.randint(static_cast<int64_t>(data.train.size()))];
     io::Sample s{v.image, v.label};
-    if (patches)
-      s = io::random_patch(s, io::PatchOptions().with_size(to_shape(r.patch)).with_foreground_prob(r.foreground_prob),
-                           gen);
+    if (b < begin) {  // another rank's sample: the same draws, nothing built
+      if (patches) io::random_patch_start(s, patch, gen);
+      for (size_t i = 0; i < r.flip_axes.size(); ++i) gen.uniform();
+      continue;
+    }
+    if (patches) s = io::random_patch(s, patch, gen);
     for (int64_t axis : r.flip_axes)
       if (gen.uniform() < 0.5) s = {io::flip(s.image, axis), io::flip(s.label, axis)};
     samples.push_back(s);

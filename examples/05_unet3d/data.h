@@ -48,4 +48,12 @@ uint64_t batch_seed(uint64_t run_seed, int64_t step);
 void make_training_batch(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step, halfgrad::Tensor& x,
                          halfgrad::Tensor& y);
 
+/// Samples [begin, end) of that same global batch of r.batch samples: x (end - begin, 1, d, h, w), y
+/// likewise, the bits of rows begin..end-1 of make_training_batch's. The samples before `begin` are
+/// drawn from the generator (volume, patch corner, flips) but not built, so a rank of a data-parallel
+/// run builds only its slice (distributed.h: rank_batch_slice). make_training_batch is (0, r.batch).
+/// Throws halfgrad::Error unless 0 <= begin < end <= r.batch.
+void make_training_batch_slice(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step, int64_t begin,
+                               int64_t end, halfgrad::Tensor& x, halfgrad::Tensor& y);
+
 }  // namespace unet3d_app

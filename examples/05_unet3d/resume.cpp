@@ -66,7 +66,8 @@ TrainArgs train_args_from_json(const Field& j) {
 const std::vector<std::string>& resume_allowed_options() {
   static const std::vector<std::string> allowed = {"--resume",           "--epochs",       "--save-every",
                                                    "--max-minutes",      "--stop-after-epoch", "--no-progress",
-                                                   "--no-memory-check",  "--workers",      "--prefetch"};
+                                                   "--no-memory-check",  "--workers",      "--prefetch",
+                                                   "--gpus"};
   return allowed;
 }
 
@@ -80,7 +81,7 @@ void check_resume_args(const TrainArgs& a) {
                                 << " cannot be given with --resume: the run continues with the options it was "
                                    "started with; only --epochs, --save-every, --max-minutes, --stop-after-epoch, "
                                    "--no-progress, --no-memory-check, --workers and --prefetch (which change no "
-                                   "bit) may be");
+                                   "bit) and --gpus (the same global batch, on any number of GPUs) may be");
 }
 
 TrainArgs resumed_args(const TrainArgs& a, const nlohmann::json& train_meta) {
@@ -109,6 +110,7 @@ TrainArgs resumed_args(const TrainArgs& a, const nlohmann::json& train_meta) {
   b.stop_after_epoch = a.stop_after_epoch;
   b.workers = a.workers;    // the loader's threads change no bit (loader.h): this process's choice
   b.prefetch = a.prefetch;
+  b.gpus = a.gpus;
   return b;
 }
 

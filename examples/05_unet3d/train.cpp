@@ -3,6 +3,8 @@
 // The precision is chosen by --opt-level (amp/opt_level.h): O0 FP32, O1 autocast (--amp), O2 FP16
 // weights with FP32 norms and master weights, O3 pure FP16; --fp32-op / --fp32-module move op kinds
 // or modules to FP32 under autocast.
+// On several GPUs (distributed.h) the model runs inside dist::DistributedDataParallel, each rank on its
+// slice of the global batch, and only rank 0 writes the run folder; with one GPU none of that exists.
 #include "examples/05_unet3d/train.h"
 
 #include <chrono>
@@ -27,8 +29,11 @@
 #include "core/error.h"
 #include "core/json_checked.h"
 #include "core/nvtx.h"
+#include "dist/distributed_data_parallel.h"
+#include "dist/scaler_agreement.h"
 #include "examples/05_unet3d/curves.h"
 #include "examples/05_unet3d/data.h"
+#include "examples/05_unet3d/distributed.h"
 #include "examples/05_unet3d/loader.h"
 #include "examples/05_unet3d/memory_estimate.h"
 #include "examples/05_unet3d/metrics.h"
@@ -112,7 +117,23 @@ static std::string fmt(double v, int prec = 4) {
   return os.str();
 }
 
-int run_train(const TrainArgs& cli_args) {
+// Ranks other than 0 print nothing to stdout (their errors go to stderr, from main): std::cout is
+// pointed at nothing for the run, and restored after it.
+struct MuteStdout {
+  explicit MuteStdout(bool mute) : saved(mute ? std::cout.rdbuf(nullptr) : nullptr), muted(mute) {}
+  ~MuteStdout() {
+    if (muted) {
+      std::cout.rdbuf(saved);
+      std::cout.clear();
+    }
+  }
+  std::streambuf* saved;
+  bool muted;
+};
+
+int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
+  const MuteStdout mute(!ctx.is_root());
+  StepAgreement agreement(ctx);
   // --resume: the run's own options, from its training state (resume.h).
   const TrainArgs a = cli_args.resume.empty() ? cli_args : resumed_args(cli_args, read_run_training_meta(cli_args.resume));
   const bool resuming = !a.resume.empty();
@@ -123,7 +144,12 @@ int run_train(const TrainArgs& cli_args) {
   if (a.lr > 0) r.lr = a.lr;
   if (a.val_every > 0) r.val_every = a.val_every;
   HG_CHECK(!a.out.empty(), "halfgrad-unet3d train: --out RUN_DIR is required");
-  if (!resuming) check_run_folder(a.out, a.overwrite);  // refuse at once, before the data loads
+  // Refuse at once, before the data loads; rank 0 owns the folder, and tells the others.
+  if (!resuming && ctx.is_root()) agreement.guard([&] { check_run_folder(a.out, a.overwrite); });
+  agreement.agree({}, "the run folder check");
+  // This rank's samples of each global batch of r.batch (all of them with one GPU).
+  const BatchSlice slice = rank_batch_slice(r.batch, ctx.world_size, ctx.rank);
+  const bool progress = a.progress && ctx.is_root();
   const amp::OptLevel level = resolve_opt_level(a);
   apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, nullptr);  // bad names fail before the data loads
   const Placement where = make_placement(a.device, a.memory_format, "train");
@@ -146,11 +172,13 @@ int run_train(const TrainArgs& cli_args) {
   else cpu_reset_peak_stats();
   auto model = std::make_shared<nn::UNet3d>(r.model);
   const std::array<int64_t, 3> step_shape = r.patch[0] > 0 ? r.patch : r.volume_shape;
-  const MemoryEstimate need = estimate_train_memory(r.model, model->num_parameters(), step_shape, r.batch,
+  const MemoryEstimate need = estimate_train_memory(r.model, model->num_parameters(), step_shape, slice.size(),
                                                     r.volume_shape, level, where.device == Device::CUDA);
   if (a.memory_check) {
     const MemoryAvailable avail = available_memory(a.device);
-    check_memory(need, avail, "train", a.device, "lower --batch (now " + std::to_string(r.batch) + ")");
+    check_memory(need, avail, "train", a.device,
+                 "lower --batch (now " + std::to_string(r.batch) +
+                     (ctx.distributed() ? ", " + std::to_string(slice.size()) + " per GPU" : std::string()) + ")");
     std::cout << "memory: estimated " << need.describe() << "; " << human_bytes(avail.bytes) << " available"
               << std::endl;
   }
@@ -159,7 +187,7 @@ int run_train(const TrainArgs& cli_args) {
   // an earlier run in it is removed only after the model, optimizer and instruments are set up (below),
   // so a run that fails on bad input leaves the folder's files as they were.
   std::error_code ec;
-  std::filesystem::create_directories(a.out, ec);
+  if (ctx.is_root()) std::filesystem::create_directories(a.out, ec);
   HG_CHECK(!ec && std::filesystem::is_directory(a.out),
            "halfgrad-unet3d train: --out " << a.out << ": cannot create the run folder (" << ec.message()
                                            << "); expected a writable directory path");
@@ -182,7 +210,11 @@ int run_train(const TrainArgs& cli_args) {
             << r.name << "', "
             << (mp.autocast_dtype == kBFloat16 ? std::string("O1 (autocast: BF16 convs with FP32 accumulation, FP32 weights; no GradScaler)")
                                                : amp::describe_opt_level(level))
-            << ", batch " << r.batch << ", AdamW lr " << r.lr
+            << ", batch " << r.batch
+            << (ctx.distributed() ? " (" + std::to_string(slice.size()) + " on each of " + std::to_string(ctx.world_size) +
+                                        " GPUs, DistributedDataParallel over NCCL)"
+                                  : std::string())
+            << ", AdamW lr " << r.lr
             << (level == amp::OptLevel::O3 ? ", eps " + std::to_string(adamw.eps()) : std::string()) << ", "
             << r.epochs << " epochs, " << ops::num_threads() << " CPU threads" << std::endl;
   for (const std::string& name : a.fp32_ops) std::cout << "autocast: op " << name << " runs in FP32" << std::endl;
@@ -198,11 +230,12 @@ int run_train(const TrainArgs& cli_args) {
   // Instruments (--grad-stats, --precision-report, --detect-anomaly); each does nothing unless asked.
   std::optional<amp::GradStatsCsvWriter> grad_stats;
   HG_CHECK(a.grad_stats_every >= 1, "halfgrad-unet3d train: --grad-stats-every must be >= 1, got " << a.grad_stats_every);
-  if (!a.grad_stats.empty()) grad_stats.emplace(a.grad_stats);
+  if (!a.grad_stats.empty() && ctx.is_root()) grad_stats.emplace(a.grad_stats);  // the grads agree after DDP
   // Last of the steps that can fail on the user's options: only now is an earlier run removed
   // (--overwrite) and are stale temp files cleaned.
-  for (const std::string& note : resuming ? remove_stale_temps(a.out) : prepare_run_folder(a.out, a.overwrite))
-    std::cout << "note: " << note << std::endl;
+  if (ctx.is_root())
+    for (const std::string& note : resuming ? remove_stale_temps(a.out) : prepare_run_folder(a.out, a.overwrite))
+      std::cout << "note: " << note << std::endl;
   // metrics.csv is rewritten (atomically) right after each checkpoint, with the rows up to the
   // checkpoint's epoch, which training_state.safetensors holds too. A process killed between the
   // renames leaves metrics.csv one save behind; --resume rewrites it from the training state's rows.
@@ -246,42 +279,67 @@ int run_train(const TrainArgs& cli_args) {
     std::cout << "resume: " << a.out << " after epoch " << saved_epoch << " of " << r.epochs << " (step "
               << global_step << ", loss scale " << scaler.get_scale() << ")" << std::endl;
   }
+  // Several GPUs: the replicas start from rank 0's weights (the broadcast of DDP's constructor, after a
+  // --resume too), gradients are averaged in backward, the scaler's inf/NaN flag is MAX-reduced.
+  // Buffers are not broadcast before each forward: training-mode BatchNorm uses the batch's statistics,
+  // and rank 0's running statistics (the checkpoint's) are its own either way; so no collective
+  // precedes the step agreement below.
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (ctx.distributed()) {
+    ddp = std::make_unique<dist::DistributedDataParallel>(model, ctx.comm,
+                                                          dist::DdpOptions().broadcast_buffers(false));
+    dist::set_communicator(scaler, ctx.comm);
+  }
   // Batches: built ahead by worker threads (loader.h), in step order from global_step on
   // (after a --resume, the saved step: the loader starts only once it is known).
   LoaderOptions loader_options;
   loader_options.workers = a.workers >= 0 ? static_cast<int>(a.workers) : default_workers(where.device);
   loader_options.prefetch = static_cast<int>(a.prefetch);
   loader_options.device = where.device;
-  BatchLoader loader([&](int64_t step, Tensor& x, Tensor& y) { make_training_batch(data, r, a.seed, step, x, y); },
+  BatchLoader loader([&](int64_t step, Tensor& x, Tensor& y) {
+                       make_training_batch_slice(data, r, a.seed, step, slice.begin, slice.end, x, y);
+                     },
                      global_step, r.epochs * steps_per_epoch, loader_options);
   const auto t0 = Clock::now();
   for (int64_t epoch = start_epoch; epoch <= r.epochs; ++epoch) {
     const auto te = Clock::now();
     double loss_sum = 0;
     int64_t skipped = 0, counted = 0, nonfinite = 0;
-    ProgressBar bar("  epoch " + std::to_string(epoch), steps_per_epoch, a.progress);
+    ProgressBar bar("  epoch " + std::to_string(epoch), steps_per_epoch, progress);
     for (int64_t step = 0; step < steps_per_epoch; ++step) {
       const double lr = lr_at(r, (epoch - 1) + static_cast<double>(step) / steps_per_epoch);
       for (auto& g : opt.param_groups()) g.options().set_lr(lr);
-      Tensor x, y;
-      loader.next(x, y);  // the batch of global_step
-      x = where.input(x);
-      y = where.labels(y);
-      gpu_gaps.step_start();
-      if (buffers_before) buffers_before->capture();
+      // Several GPUs: an error in the guarded parts is every rank's, at the agreement below.
+      Tensor x, y, loss;
+      agreement.guard([&] {
+        loader.next(x, y);  // the batch of global_step (this rank's slice of it)
+        x = where.input(x);
+        y = where.labels(y);
+        gpu_gaps.step_start();
+        if (buffers_before) buffers_before->capture();
+      });
       ++global_step;
       amp::PrecisionRecorder::Observe observe(a.precision_report ? &precision : nullptr);
       autograd::DetectAnomalyGuard anomaly(a.detect_anomaly);
-      opt.zero_grad();
-      Tensor loss;
-      {
-        NvtxRange nvtx_range("forward");
-        amp::AutocastGuard autocast(mp.autocast_options());
-        // The loss in FP32 at every level (O2/O3 logits are FP16; under O1 the loss is on autocast's
-        // FP32 list anyway).
-        loss = ops::segmentation_loss((*model)(mp.cast_input(x)).to(kFloat32), y);
-      }
-      const double l = loss.item();
+      double local_loss = 0;
+      agreement.guard([&] {
+        opt.zero_grad();
+        {
+          NvtxRange nvtx_range("forward");
+          amp::AutocastGuard autocast(mp.autocast_options());
+          // The loss in FP32 at every level (O2/O3 logits are FP16; under O1 the loss is on autocast's
+          // FP32 list anyway).
+          const Tensor input = mp.cast_input(x);
+          loss = ops::segmentation_loss((ddp ? ddp->forward(input) : (*model)(input)).to(kFloat32), y);
+        }
+        local_loss = loss.item();
+      });
+      // The global batch's loss (the mean of the ranks' equal slices' means), the same on every rank,
+      // so that every rank takes the same decisions below; with one GPU, this rank's loss as it is.
+      const double l = ctx.distributed()
+                           ? agreement.agree({local_loss}, "epoch " + std::to_string(epoch) + ", step " +
+                                                               std::to_string(step + 1))[0] / ctx.world_size
+                           : local_loss;
       if (!std::isfinite(l)) {
         // Without a loss scaler nothing would skip this step: the weights would turn NaN and every
         // later checkpoint with them. With one, a non-finite loss is skipped like an overflow, but a
@@ -325,9 +383,9 @@ int run_train(const TrainArgs& cli_args) {
     const double train_loss = counted ? loss_sum / counted : NAN;
     const bool do_val = epoch % r.val_every == 0 || epoch == r.epochs;
     std::vector<double> dice;
-    if (do_val) {
+    if (do_val && ctx.is_root()) {  // rank 0's model is the checkpoint's; the others wait at the agreement
       NvtxRange nvtx_range("validation");
-      dice = validate(*model, data.val, data.num_classes, mp, where);
+      agreement.guard([&] { dice = validate(*model, data.val, data.num_classes, mp, where); });
     }
     double mean = 0;
     for (double d : dice) mean += d;
@@ -360,9 +418,12 @@ int run_train(const TrainArgs& cli_args) {
 
     if (do_val) { last = mean; last_epoch = epoch; }
     if (do_val && mean > best) { best = mean; best_epoch = epoch; }
-    const bool out_of_time = a.max_minutes > 0 && seconds_since(t0) > a.max_minutes * 60;
+    // By rank 0's clock, so that every rank stops after the same epoch.
+    const bool out_of_time =
+        agreement.agree({ctx.is_root() && a.max_minutes > 0 && seconds_since(t0) > a.max_minutes * 60 ? 1.0 : 0.0},
+                        "the end of epoch " + std::to_string(epoch))[0] > 0;
     const bool stopping = epoch < r.epochs && (out_of_time || epoch == a.stop_after_epoch);
-    if (epoch % a.save_every == 0 || epoch == r.epochs || stopping) {
+    if ((epoch % a.save_every == 0 || epoch == r.epochs || stopping) && ctx.is_root()) agreement.guard([&] {
       // model.safetensors' metadata: what eval needs, and nothing that differs between two equal runs
       // (no times), so that same options and seed give the same bytes.
       const nlohmann::json model_meta = {{"recipe", r.name},        {"model", r.model.to_json()}, {"epoch", epoch},
@@ -382,7 +443,8 @@ int run_train(const TrainArgs& cli_args) {
       write_file_atomic(csv_path, metrics.csv());
       saved_epoch = epoch;
       std::cout << "checkpoint: " << w.describe() << std::endl;
-    }
+    });
+    agreement.agree({}, "the checkpoint of epoch " + std::to_string(epoch));
     if (stopping) {
       if (out_of_time) std::cout << "stopping: --max-minutes " << a.max_minutes << " reached after epoch " << epoch;
       else std::cout << "stopping: --stop-after-epoch " << epoch;
@@ -400,7 +462,7 @@ int run_train(const TrainArgs& cli_args) {
               << std::endl;
   }
   if (grad_stats) std::cout << "gradient statistics: " << grad_stats->path() << std::endl;
-  if (saved_epoch > 0) {
+  if (saved_epoch > 0 && ctx.is_root()) {
     const CurvesFiles curves = write_training_curves(a.out, data.class_names);
     for (const std::string& f : curves.files) std::cout << "curves: " << f << std::endl;
     if (!curves.note.empty()) std::cout << "curves: " << curves.note << std::endl;
@@ -409,7 +471,7 @@ int run_train(const TrainArgs& cli_args) {
                                                       : cpu_allocator_stats().peak_allocated_bytes) - baseline;
   std::cout << "memory: peak " << human_bytes(peak) << " of tensors (estimated "
             << human_bytes(need.total()) << ")" << std::endl;
-  if (a.precision_report) {
+  if (a.precision_report && ctx.is_root()) {
     const amp::PrecisionReportFiles files = precision.write(a.out);
     std::cout << precision.summary_text();
     for (const std::string& f : files.files) std::cout << "precision report: " << f << std::endl;

@@ -6,12 +6,15 @@
 
 namespace unet3d_app {
 
+struct RankContext;  // distributed.h
+
 struct TrainArgs {
   std::string data;        // MSD folder; empty = embedded default (mricron-data)
   std::string out;         // run folder: model.safetensors, training_state.safetensors, metrics.csv (run_folder.h)
   bool overwrite = false;  // --overwrite: replace an earlier run in `out` instead of refusing
   std::string config = "cpu";
   std::string device = "cpu";   // --device cpu|cuda
+  int64_t gpus = 1;             // --gpus N: N ranks, one GPU each (distributed.h); not saved with the run
   std::string memory_format;    // --memory-format ndhwc|ncdhw: activations' layout on CUDA; empty = ndhwc
   int64_t epochs = -1;     // -1 = the recipe's; the parser allows [1, kMaxEpochs] (cli.h)
   int64_t batch = -1;
@@ -48,7 +51,8 @@ struct EvalArgs {
   std::string overlay;  // --overlay DIR: a PNG per volume (overlay.h): image | label | prediction
 };
 
-int run_train(const TrainArgs& a);
+/// Trains; `ctx` is this process's rank (RankContext{}: the single-process program). Returns 0.
+int run_train(const TrainArgs& a, const RankContext& ctx);
 int run_eval(const EvalArgs& a);
 
 }  // namespace unet3d_app
