@@ -27,12 +27,16 @@
 // extra allocation and an extra read+write pass over A and B (and a copy back for C), all for the
 // sake of the last tile; predication costs a compare per 16-byte copy.
 //
-// Hopper: on a compute capability 9.0 GPU, problems with 128x256 tiles for >= 3/4 of the SMs, M, N, K
-// multiples of 8 and the 16-byte load path run instead on the warpgroup-MMA kernel
-// (ops/matmul/gemm_wgmma.cuh, wgmma.mma_async from swizzled shared memory, all four N/T layouts);
-// mma.sync tops out near half of Hopper's Tensor Core rate. Everything else takes the kernels below,
-// and so does every BF16 problem: the wgmma kernel is FP16-only for now (its descriptors and
-// instruction would need the .bf16 variant and its own measurement).
+// Hopper: on a compute capability 9.0 GPU, FP16 problems whose operands TMA can describe (A and B
+// 16-byte aligned, lda and ldb multiples of 8; any M, N, K) and that give 128x256 tiles to >= 3/4 of
+// the SMs run on the persistent warp-specialised TMA kernel (ops/matmul/gemm_tma.cuh: TMA loads, an
+// mbarrier ring, a producer warpgroup and two wgmma consumer warpgroups, all four N/T layouts);
+// its conditions include those of the older cp.async wgmma kernel (ops/matmul/gemm_wgmma.cuh), which
+// the automatic choice therefore no longer reaches (it stays as rung 6 and for gemm_paths.h).
+// mma.sync tops out near half of Hopper's Tensor Core rate. Everything else takes the kernels below, and so does every BF16 problem: the
+// Hopper kernels are FP16-only for now (their descriptors and instruction would need the .bf16
+// variant and its own measurement). The size rule for the TMA kernel is a prediction until
+// `gemm_bench --dispatch` has measured it (tma_wins). gemm_paths.h forces a family (benchmarks).
 //
 // Two load paths, chosen per call: 16-byte cp.async when lda, ldb are multiples of 8 halfs and A, B
 // are 16-byte aligned (every 16-byte chunk then starts aligned); otherwise 2-byte loads and 2-byte shared
@@ -44,6 +48,8 @@
 
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_mma_tiles.cuh"
+#include "ops/matmul/gemm_paths.h"
+#include "ops/matmul/gemm_tma_cuda.h"
 #include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::cuda {
@@ -114,13 +120,18 @@ int64_t sm_count(const char* op) {
   return counts[device];
 }
 
+/// Whether the persistent TMA kernel should serve a problem it can serve. PREDICTED, not yet
+/// measured (`gemm_bench --dispatch` measures it): the same rule as the wgmma kernel's, 128 x 256
+/// tiles for at least 3/4 of the SMs; below that the mma.sync small tile keeps more SMs busy.
+bool tma_wins(const GemmProblem& p, int64_t sms) { return 4 * gemm_tma::tile_count(p.M, p.N) >= 3 * sms; }
+
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 const char* layout_name(GemmLayout l) { return l == GemmLayout::N ? "N" : "T"; }
 
 }  // namespace
 
-void gemm_f16(const GemmArgs& a) {
+const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
   const char* op = a.op ? a.op : "gemm";
   HG_CHECK(a.M >= 1 && a.N >= 1 && a.K >= 1,
            op << ": gemm_f16 needs M, N, K >= 1; got M=" << a.M << " N=" << a.N << " K=" << a.K);
@@ -161,13 +172,34 @@ void gemm_f16(const GemmArgs& a) {
   const bool vector = a.lda % 8 == 0 && a.ldb % 8 == 0 && aligned(a.A, 16) && aligned(a.B, 16);
   const bool at = a.a_layout == GemmLayout::T;
   const bool bt = a.b_layout == GemmLayout::T;
-  if (!a.bf16 && gemm_wgmma::suits(p, vector, sm_count(op), op)) {  // the wgmma kernel is FP16-only
-    gemm_wgmma::launch(p, at, bt, op);
-  } else if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count(op)) {
-    launch_shape<LargeTile>(p, at, bt, vector, a.bf16, op);
-  } else {
-    launch_shape<SmallTile>(p, at, bt, vector, a.bf16, op);
+  // The Hopper kernels are FP16-only (their descriptors and instructions name .f16).
+  const bool hopper = !a.bf16 && gemm_wgmma::device_supported(op);
+  const bool tma_ok = hopper && gemm_tma::operands_supported(p);
+  const bool wgmma_ok = hopper && vector && p.M % 8 == 0 && p.N % 8 == 0 && p.K % 8 == 0;
+  if (path == GemmPath::kAuto) {
+    if (tma_ok && tma_wins(p, sm_count(op))) path = GemmPath::kTmaPersistent;
+    else if (!a.bf16 && gemm_wgmma::suits(p, vector, sm_count(op), op)) path = GemmPath::kWgmma;
+    else path = GemmPath::kMmaSync;
+  }
+  switch (path) {
+    case GemmPath::kTmaPersistent:
+      if (!tma_ok) return "needs sm_90, FP16, 16-byte aligned A and B, lda and ldb multiples of 8";
+      gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op);
+      return nullptr;
+    case GemmPath::kWgmma:
+      if (!wgmma_ok) return "needs sm_90, FP16, the 16-byte load path, M, N, K multiples of 8";
+      gemm_wgmma::launch(p, at, bt, op);
+      return nullptr;
+    default:
+      if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count(op)) {
+        launch_shape<LargeTile>(p, at, bt, vector, a.bf16, op);
+      } else {
+        launch_shape<SmallTile>(p, at, bt, vector, a.bf16, op);
+      }
+      return nullptr;
   }
 }
+
+void gemm_f16(const GemmArgs& a) { gemm_f16_on(a, GemmPath::kAuto); }
 
 }  // namespace halfgrad::cuda

@@ -81,6 +81,8 @@ void launch_layout(const GemmProblem& p, Schedule schedule, const char* op) {
 
 }  // namespace
 
+int64_t tile_count(int64_t M, int64_t N) { return ((M + kBlockM - 1) / kBlockM) * ((N + kBlockN - 1) / kBlockN); }
+
 bool operands_supported(const GemmProblem& p) {
   return tensor_map_aligned(p.A, p.lda, 2) && tensor_map_aligned(p.B, p.ldb, 2);
 }

@@ -21,6 +21,9 @@ enum class Schedule { kPerTile, kPersistent };
 /// multiples of 8 halfs (TMA needs 16-byte aligned bases and row strides). Any M, N, K >= 1.
 bool operands_supported(const GemmProblem& p);
 
+/// Output tiles (128 x 256) of an M x N problem.
+int64_t tile_count(int64_t M, int64_t N);
+
 /// Queues the kernel on stream(). a_trans: A stored (K, M); b_trans: B stored (N, K). Needs
 /// gemm_wgmma::device_supported() and operands_supported(p) (checked: halfgrad::Error naming op).
 void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op);
