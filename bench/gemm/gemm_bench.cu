@@ -276,6 +276,7 @@ void run_size(const Size& s, int64_t l2_bytes) {
       rung("tma_mbarrier_pipeline", halfgrad::bench::gemm_tma_mbarrier_pipeline),
       rung("warp_specialized", halfgrad::bench::gemm_warp_specialized),
       rung("persistent", halfgrad::bench::gemm_persistent),
+      rung("cluster_multicast", halfgrad::bench::gemm_cluster_multicast),
       {"gemm_f16 (f32 out)", false, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, false)); return (const char*)nullptr; }},
       {"gemm_f16 (f16 out)", true, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, true)); return (const char*)nullptr; }},
   };

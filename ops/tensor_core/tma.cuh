@@ -74,20 +74,41 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t c
       : "memory");
 }
 
-/// Blocks until the phase of parity `parity` (0 or 1) of the barrier has completed (acquire: what
-/// the arriving threads and the completed transactions wrote is visible afterwards). try_wait
-/// suspends the thread for a hardware-chosen time before returning false, so the loop does not spin
-/// hot on the barrier.
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+/// mbarrier_wait blocks until the phase of parity `parity` (0 or 1) of the barrier has completed
+/// (acquire: what the arriving threads and the completed transactions wrote is visible afterwards).
+/// mbarrier_try_wait is one attempt; it suspends the thread for a hardware-chosen time before
+/// returning false, so the loop does not spin hot on the barrier. mbarrier_wait traps after
+/// kMbarrierWaitLimitNs (below) instead of waiting forever.
+__device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
   asm volatile(
       "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
       : "memory");
+  return done != 0;
+}
+/// A wait that has not succeeded after this long is a bug (a phase that will never complete: a lost
+/// arrival, a wrong byte count); mbarrier_wait traps then, so that the launch fails with an error
+/// instead of hanging the GPU. Real waits last microseconds (even under compute-sanitizer: seconds).
+constexpr uint64_t kMbarrierWaitLimitNs = 20'000'000'000ull;
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t)::"memory");
+  return t;
+}
+
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  if (mbarrier_try_wait(bar, parity)) return;
+  const uint64_t start = global_timer_ns();
+  while (!mbarrier_try_wait(bar, parity)) {
+    if (global_timer_ns() - start > kMbarrierWaitLimitNs) __trap();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
