@@ -277,6 +277,7 @@ void run_size(const Size& s, int64_t l2_bytes) {
       rung("warp_specialized", halfgrad::bench::gemm_warp_specialized),
       rung("persistent", halfgrad::bench::gemm_persistent),
       rung("cluster_multicast", halfgrad::bench::gemm_cluster_multicast),
+      rung("tma_store_epilogue", halfgrad::bench::gemm_tma_store_epilogue),
       {"gemm_f16 (f32 out)", false, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, false)); return (const char*)nullptr; }},
       {"gemm_f16 (f16 out)", true, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, true)); return (const char*)nullptr; }},
   };
@@ -587,6 +588,7 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
                              {"mma_sync", GemmPath::kMmaSync, false},
                              {"wgmma", GemmPath::kWgmma, false},
                              {"tma", GemmPath::kTmaPersistent, false},
+                             {"tma_store", GemmPath::kTmaStore, false},
                              {"auto", GemmPath::kAuto, false}};
   std::printf("%-22s %6lldx%6lldx%5lld %s%s", d.what, (long long)M, (long long)N, (long long)K, at ? "T" : "N",
               bt ? "T" : "N");

@@ -183,8 +183,10 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
   }
   switch (path) {
     case GemmPath::kTmaPersistent:
+    case GemmPath::kTmaStore:
       if (!tma_ok) return "needs sm_90, FP16, 16-byte aligned A and B, lda and ldb multiples of 8";
-      gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op);
+      gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op,
+                       path == GemmPath::kTmaStore ? gemm_tma::Store::kTma : gemm_tma::Store::kRegisters);
       return nullptr;
     case GemmPath::kWgmma:
       if (!wgmma_ok) return "needs sm_90, FP16, the 16-byte load path, M, N, K multiples of 8";

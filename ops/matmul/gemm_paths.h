@@ -12,6 +12,7 @@ enum class GemmPath {
   kMmaSync,        // mma.sync block tiles (gemm_mma_tiles.cuh; 256x128 or 64x128 by size), any GPU
   kWgmma,          // wgmma + cp.async, 128x256 (gemm_wgmma.cuh), sm_90, FP16
   kTmaPersistent,  // warp-specialised TMA + wgmma, persistent (gemm_tma.cuh), sm_90, FP16
+  kTmaStore,       // kTmaPersistent with the TMA-store epilogue (where beta == 0 and C is aligned)
 };
 
 /// gemm_f16(args) on the given family. Checks the arguments exactly as gemm_f16 does (throws

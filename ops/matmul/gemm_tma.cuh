@@ -8,7 +8,9 @@
 //
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major (gemm_cuda.h).
 // FP16 operands, FP32 accumulation in the wgmma accumulator registers, alpha/beta and the FP32 or
-// FP16 (round to nearest even) output by gemm_tiles::store_pair, straight from the accumulators.
+// FP16 (round to nearest even) output by gemm_tiles::store_pair, straight from the accumulators; or
+// (beta == 0, rung 11) alpha applied, rounded the same way, and written through shared memory by TMA
+// stores (store_tile_tma).
 //
 // Shared memory: the tiles of gemm_wgmma.cuh, unchanged (its header comment has the layouts and the
 // descriptors): a K-major operand tile is kMN rows of 128 bytes (64 halfs of k), an MN-major one is
@@ -19,7 +21,8 @@
 // outside the matrix, which is all the edge handling the loads need: M, N, K are any extents (the
 // TMA conditions are on the strides: 16-byte aligned bases and byte strides, tensor_map.h).
 //
-// Roles (kThreads = 384 = 3 warpgroups, one CTA per SM: 192 KiB of shared memory):
+// Roles (kThreads = 384 = 3 warpgroups, one CTA per SM: 192 KiB of pipeline slots + 32 KiB of
+// TMA-store boxes):
 //   warpgroup 0, producer: setmaxnreg.dec to 40 registers; one elected thread walks the CTA's tiles
 //     and their K slices, and for each slice waits for its slot's empty barrier, arms the slot's full
 //     barrier with the slice's byte count (arrive.expect_tx) and issues the TMA loads (1 box for a
@@ -70,8 +73,15 @@ constexpr int kATileBytes = kBlockM * kBlockK * 2;
 constexpr int kBTileBytes = kBlockN * kBlockK * 2;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
 constexpr int kBarrierBytes = 2 * kStages * 8;
+// TMA-store epilogue (rung 11): each consumer stages its 64 x 256 results in boxes of 64 rows x 128
+// bytes (32 FP32 or 64 FP16 columns), 128-byte swizzled like the operand tiles, two box buffers per
+// consumer so that one box is written while the TMA store of the previous one reads.
+constexpr int kStoreBoxRows = kWarpgroupM;
+constexpr int kStoreBoxBytes = kStoreBoxRows * 128;  // 8 KiB
+constexpr int kStoreBuffers = 2;
+constexpr int kStoreBytes = kConsumers * kStoreBuffers * kStoreBoxBytes;
 // + 1 KiB so that the kernel can round the dynamic shared-memory base up to 1024 bytes (SWIZZLE_128B).
-constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + 1024;
+constexpr int kSmemBytes = kStages * kStageBytes + kStoreBytes + kBarrierBytes + 1024;
 static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory on sm_90");
 
 __host__ __device__ constexpr int tiles_m(int M) { return (M + kBlockM - 1) / kBlockM; }
@@ -106,12 +116,69 @@ __device__ __forceinline__ void tma_load_operand(uint32_t tile, const CUtensorMa
   }
 }
 
+/// The epilogue of one consumer through shared memory and TMA stores (rung 11): alpha applied, the
+/// 64 x 256 FP32 accumulators written as kBoxes boxes of 64 rows x 128 bytes (FP32: 8 boxes of 32
+/// columns; FP16: 4 boxes of 64) into the consumer's two box buffers, each stored by its first thread
+/// with cp.async.bulk.tensor once all 128 threads have written it (named barrier 1 + consumer) and
+/// fenced their writes into the async proxy. TMA skips the parts of a box outside C. `box_count`
+/// counts this consumer's boxes over the CTA's tiles: box i uses buffer i % 2, which its first thread
+/// waits to be read out (bulk wait_group.read 1: the store of box i - 2 is done with it) before the
+/// barrier that lets the others overwrite it. beta must be 0 (C is not read).
+/// Bank arithmetic: a warp's float2 (FP32) or half2 (FP16) writes cover 8 rows x 32 (16) bytes; the
+/// 128-byte swizzle puts the 8 rows' 16-byte chunks on 8 different chunk positions, so the writes
+/// take the minimum of 2 (1) wavefronts.
+template <bool kHalf>
+__device__ __forceinline__ void store_tile_tma(const float (&d)[128], float alpha, const CUtensorMap* map_c,
+                                               uint32_t buffers, int consumer, int tile_m, int tile_n,
+                                               int& box_count) {
+  namespace tc = tensor_core;
+  constexpr int kElementBytes = kHalf ? 2 : 4;
+  constexpr int kBoxCols = 128 / kElementBytes;
+  constexpr int kBoxes = kBlockN / kBoxCols;
+  constexpr int kFragmentsPerBox = kBoxCols / 8;  // 8-column groups j of the wgmma fragment
+  const int t = static_cast<int>(threadIdx.x) % 128;
+  const int warp = t / 32, lane = t % 32;
+  const bool issues = t == 0;
+#pragma unroll
+  for (int box = 0; box < kBoxes; ++box, ++box_count) {
+    const uint32_t buffer = buffers + (box_count % kStoreBuffers) * kStoreBoxBytes;
+    if (issues) tc::tma_store_wait_read<kStoreBuffers - 1>();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + consumer) : "memory");
+#pragma unroll
+    for (int f = 0; f < kFragmentsPerBox; ++f) {
+      const int j = box * kFragmentsPerBox + f;
+      const int col_bytes = (8 * f + 2 * (lane % 4)) * kElementBytes;  // within the box's 128-byte row
+#pragma unroll
+      for (int half_row = 0; half_row < 2; ++half_row) {
+        const int r = warp * 16 + lane / 4 + 8 * half_row;
+        const uint32_t at = buffer + r * 128 + ((((col_bytes >> 4) ^ (r & 7))) << 4) + (col_bytes & 15);
+        const float v0 = alpha * d[4 * j + 2 * half_row], v1 = alpha * d[4 * j + 2 * half_row + 1];
+        if constexpr (kHalf) {
+          const uint32_t packed = gemm_tiles::c16_pack<__half>(v0, v1);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(packed) : "memory");
+        } else {
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(v0), "f"(v1) : "memory");
+        }
+      }
+    }
+    tc::fence_proxy_async_shared();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + consumer) : "memory");
+    if (issues) {
+      tc::tma_store_2d(map_c, buffer, tile_n + box * kBoxCols, tile_m + consumer * kWarpgroupM);
+      tc::tma_store_commit();
+    }
+  }
+}
+
 /// The whole CTA; call from a __global__ launched with kThreads threads, kSmemBytes of dynamic shared
 /// memory and any number of CTAs (each walks tiles blockIdx.x + i * gridDim.x). kATrans: A stored
 /// (K, M); kBTrans: B stored (N, K). map_a / map_b: the operands' tensor maps (__grid_constant__).
+/// map_c: C's tensor map (box 128 bytes x 64 rows, 128-byte swizzle) when the epilogue is to leave
+/// through TMA stores (beta == 0, gemm_tma_cuda.cu decides), nullptr for stores from the registers.
 template <bool kATrans, bool kBTrans>
 __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p, const CUtensorMap* map_a,
-                                                            const CUtensorMap* map_b, uint8_t* smem_raw) {
+                                                            const CUtensorMap* map_b, const CUtensorMap* map_c,
+                                                            uint8_t* smem_raw) {
   namespace tc = tensor_core;
   constexpr bool kAMnMajor = kATrans;
   constexpr bool kBMnMajor = !kBTrans;
@@ -119,7 +186,8 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   const int tid = static_cast<int>(threadIdx.x);
   const int warpgroup = tid / 128;
   const uint32_t smem = (gemm_tiles::shared_address(smem_raw) + 1023) & ~1023u;
-  const uint32_t full_bar = smem + kStages * kStageBytes;  // kStages barriers of 8 bytes
+  const uint32_t store_buffers = smem + kStages * kStageBytes;  // 2 box buffers per consumer
+  const uint32_t full_bar = store_buffers + kStoreBytes;          // kStages barriers of 8 bytes
   const uint32_t empty_bar = full_bar + kStages * 8;
   auto a_tile = [&](int slot) { return smem + slot * kStageBytes; };
   auto b_tile = [&](int slot) { return smem + slot * kStageBytes + kATileBytes; };
@@ -165,6 +233,7 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   const int warp = (tid % 128) / 32;
   const int lane = tid % 32;
   int it = 0;
+  int box_count = 0;  // TMA-store epilogue: this consumer's boxes so far
   float d[128];
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tile_m, tile_n;
@@ -190,8 +259,14 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     gemm_wgmma::fence_accumulators(d);
     if (releases) tc::mbarrier_arrive(empty_bar + 8 * ((it - 1) % kStages));
 
-    // Epilogue straight from the accumulators (the fragment layout of gemm_wgmma::wgmma_m64n256k16);
-    // meanwhile the producer is already filling the released slots with the next tile's slices.
+    // Meanwhile the producer is already filling the released slots with the next tile's slices.
+    if (map_c != nullptr) {
+      const uint32_t buffers = store_buffers + consumer * kStoreBuffers * kStoreBoxBytes;
+      if (p.out.c_half) store_tile_tma<true>(d, p.out.alpha, map_c, buffers, consumer, tile_m, tile_n, box_count);
+      else store_tile_tma<false>(d, p.out.alpha, map_c, buffers, consumer, tile_m, tile_n, box_count);
+      continue;
+    }
+    // Straight from the accumulators (the fragment layout of gemm_wgmma::wgmma_m64n256k16).
     const int row = tile_m + consumer * kWarpgroupM + warp * 16 + lane / 4;
     const int col0 = tile_n + 2 * (lane % 4);
 #pragma unroll
@@ -200,6 +275,8 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
       gemm_tiles::store_pair(p.out, p.M, p.N, row + 8, col0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
     }
   }
+  // The shared memory a TMA store reads must stay valid until it has been read.
+  if (map_c != nullptr && tid % 128 == 0) tensor_core::tma_store_wait<0>();
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

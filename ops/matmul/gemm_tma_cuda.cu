@@ -3,7 +3,8 @@
 //
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major, every N/T layout.
 // Mapping: 384-thread CTAs (1 producer + 2 consumer warpgroups), 128 x 256 tiles, one CTA per SM
-// (~193 KiB of shared memory); per tile or persistent (gemm_tma_cuda.h). Precision: FP16 operands,
+// (~225 KiB of shared memory); per tile or persistent, epilogue from registers or by TMA stores
+// (gemm_tma_cuda.h). Precision: FP16 operands,
 // FP32 accumulation, FP32 or FP16 output.
 //
 // Tensor maps (tensor_map.h), one per operand, by where its K runs:
@@ -33,10 +34,10 @@ namespace {
 template <bool kATrans, bool kBTrans>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                    GemmProblem p) {
+                    const __grid_constant__ CUtensorMap map_c, bool tma_store, GemmProblem p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem[];
-  warp_specialized_gemm_block<kATrans, kBTrans>(p, &map_a, &map_b, smem);
+  warp_specialized_gemm_block<kATrans, kBTrans>(p, &map_a, &map_b, tma_store ? &map_c : nullptr, smem);
 #elif defined(__CUDA_ARCH__)
   __trap();  // built without sm_90a: never launched (device_supported), loud if it were
 #endif
@@ -63,8 +64,14 @@ void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, 
   encode_tensor_map(map, m, op);
 }
 
+/// Whether C can leave through TMA stores: beta == 0 (C is not read), FP16 or FP32 (not BF16), and
+/// a base and row stride TMA can describe.
+bool tma_store_possible(const GemmProblem& p) {
+  return p.out.beta == 0.f && !p.out.c_bf16 && tensor_map_aligned(p.out.C, p.out.ldc, p.out.c_half ? 2 : 4);
+}
+
 template <bool kATrans, bool kBTrans>
-void launch_layout(const GemmProblem& p, Schedule schedule, const char* op) {
+void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const char* op) {
   auto kernel = gemm_tma_kernel<kATrans, kBTrans>;
   static const bool configured = [&] {
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
@@ -73,9 +80,23 @@ void launch_layout(const GemmProblem& p, Schedule schedule, const char* op) {
   (void)configured;
   CUtensorMap map_a, map_b;
   operand_maps(p, kATrans, kBTrans, &map_a, &map_b, op);
+  CUtensorMap map_c = {};
+  const bool tma_store = store == Store::kTma && tma_store_possible(p);
+  if (tma_store) {
+    MatrixTensorMap m;
+    m.base = p.out.C;
+    m.rows = p.M;
+    m.cols = p.N;
+    m.ld = p.out.ldc;
+    m.dtype = p.out.c_half ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    m.box_cols = p.out.c_half ? 64 : 32;  // 128 bytes: the swizzle span
+    m.box_rows = kStoreBoxRows;
+    m.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    encode_tensor_map(&map_c, m, op);
+  }
   const int64_t tiles = static_cast<int64_t>(tiles_m(p.M)) * tiles_n(p.N);
   const int64_t ctas = schedule == Schedule::kPersistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
-  kernel<<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, stream()>>>(map_a, map_b, p);
+  kernel<<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, stream()>>>(map_a, map_b, map_c, tma_store, p);
   HG_CUDA_LAUNCH_CHECK(op);
 }
 
@@ -93,14 +114,14 @@ void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, CUtensorMap*
   operand_map(map_b, p.B, p.N, p.K, p.ldb, !b_trans, kBlockN, op);
 }
 
-void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op) {
+void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op, Store store) {
   HG_CHECK(gemm_wgmma::device_supported(op), op << ": the TMA GEMM needs a compute capability 9.0 GPU");
   HG_CHECK(operands_supported(p), op << ": the TMA GEMM needs 16-byte aligned A and B and lda, ldb multiples of 8; got lda "
                                      << p.lda << ", ldb " << p.ldb);
-  if (!a_trans && !b_trans) launch_layout<false, false>(p, schedule, op);
-  if (!a_trans && b_trans) launch_layout<false, true>(p, schedule, op);
-  if (a_trans && !b_trans) launch_layout<true, false>(p, schedule, op);
-  if (a_trans && b_trans) launch_layout<true, true>(p, schedule, op);
+  if (!a_trans && !b_trans) launch_layout<false, false>(p, schedule, store, op);
+  if (!a_trans && b_trans) launch_layout<false, true>(p, schedule, store, op);
+  if (a_trans && !b_trans) launch_layout<true, false>(p, schedule, store, op);
+  if (a_trans && b_trans) launch_layout<true, true>(p, schedule, store, op);
 }
 
 }  // namespace halfgrad::cuda::gemm_tma

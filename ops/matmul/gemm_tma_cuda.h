@@ -21,12 +21,18 @@ enum class Schedule { kPerTile, kPersistent };
 /// multiples of 8 halfs (TMA needs 16-byte aligned bases and row strides). Any M, N, K >= 1.
 bool operands_supported(const GemmProblem& p);
 
+/// How C leaves: stores from the accumulator registers (8-byte FP32 / 4-byte FP16 pieces, alpha and
+/// beta applied), or staged in shared memory and written by TMA stores (rung 11). kTma falls back to
+/// kRegisters where TMA cannot store: beta != 0, BF16, C or ldc not 16-byte aligned.
+enum class Store { kRegisters, kTma };
+
 /// Output tiles (128 x 256) of an M x N problem.
 int64_t tile_count(int64_t M, int64_t N);
 
 /// Queues the kernel on stream(). a_trans: A stored (K, M); b_trans: B stored (N, K). Needs
 /// gemm_wgmma::device_supported() and operands_supported(p) (checked: halfgrad::Error naming op).
-void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op);
+void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op,
+            Store store = Store::kRegisters);
 
 /// The tensor maps of A and B as gemm_tma.cuh's tma_load_operand reads them into 64-wide K slices of
 /// 128 x 256 tiles (128-byte swizzle; box 64 k x 128 / 256 rows for a K-major operand, 64 x 64 for
