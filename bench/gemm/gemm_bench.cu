@@ -44,8 +44,8 @@
 #include "ops/matmul/gemm_paths.h"
 
 #ifdef HALFGRAD_GEMM_STANDALONE
-// Only for compiling this bench with nvcc alone, before core/cuda/runtime.cpp exists: the stream and
-// the error thrower that check.cuh declares.
+// Only for compiling this bench with nvcc alone, before core/cuda/runtime.cpp exists: the stream,
+// the error thrower that check.cuh declares and the SM count (runtime.h) that the TMA kernels use.
 namespace halfgrad::cuda {
 cudaStream_t stream() {
   static cudaStream_t s = [] {
@@ -57,6 +57,14 @@ cudaStream_t stream() {
 }
 void throw_cuda_error(const char* op, const char* call, cudaError_t err) {
   throw Error(std::string(op) + ": " + call + " failed: " + cudaGetErrorString(err));
+}
+int sm_count() {  // of device 0 (the standalone bench uses no other)
+  static int n = [] {
+    int count = 0;
+    HG_CUDA_CHECK("cuda::sm_count", cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0));
+    return count;
+  }();
+  return n;
 }
 }  // namespace halfgrad::cuda
 #endif
