@@ -4,8 +4,9 @@
 // shared-memory barriers that TMA completes by transaction count), the proxy fences that order the
 // generic and async proxies, register reallocation between warpgroups (setmaxnreg) and thread-block
 // cluster helpers. Device code for the sm_90a target only (every wrapper is empty elsewhere: the
-// callers' kernels trap there, see gemm_wgmma_cuda.cu). Used by the GEMM rungs bench/gemm/tma_*.cu,
-// warp_specialized.cu, persistent.cu and by the production kernel ops/matmul/gemm_tma.cuh.
+// callers' kernels trap there, see gemm_wgmma_cuda.cu). Used by the production kernel
+// ops/matmul/gemm_tma.cuh (rungs 8, 9 and 11 of bench/gemm/) and by the rungs with kernels of their
+// own, bench/gemm/tma_mbarrier_pipeline.cu and cluster_multicast.cu.
 //
 // Every wrapper is `asm volatile` with a "memory" clobber: each one either moves data that the
 // compiler cannot see (TMA writes shared memory behind its back), or orders memory accesses (barrier
