@@ -381,7 +381,8 @@ void run_layout_case(const LayoutCase& c, bool c_half, uint64_t seed,
   cublas_gemm(r);
   const double err = relative_error(C, c_half, ref.ptr, c.M, c.N, ldc);
   std::printf("gemm_f16%s %s%s %5lldx%5lldx%5lld lda %5lld%s ldb %5lld ldc %5lld alpha %.2f beta %.2f %s out  %s  err %.2e\n",
-              path == halfgrad::cuda::GemmPath::kTmaPersistent ? " [tma]" : "", c.a_layout == GemmLayout::N ? "N" : "T",
+              path == halfgrad::cuda::GemmPath::kTmaPersistent ? " [tma]      "
+              : path == halfgrad::cuda::GemmPath::kTmaStore ? " [tma_store]" : "", c.a_layout == GemmLayout::N ? "N" : "T",
               c.b_layout == GemmLayout::N ? "N" : "T", (long long)c.M, (long long)c.N, (long long)c.K, (long long)lda, c.a_offset ? "+1" : "  ", (long long)ldb, (long long)ldc,
               c.alpha, c.beta, c_half ? "f16" : "f32", verdict(err), err);
 
@@ -427,8 +428,15 @@ void run_layout_checks(bool quick) {
       tma_cases.push_back({1000, 1000, 1000, al, bl});
       tma_cases.push_back({300, 520, 200, al, bl, pad8(an ? 200 : 300), 0, 3, 0, 1.5f, -0.75f});
     }
+  for (GemmLayout al : kLayouts)
+    for (GemmLayout bl : kLayouts) tma_cases.push_back({17, 33, 5, al, bl, pad8(al == GemmLayout::N ? 5 : 17),
+                                                        pad8(bl == GemmLayout::N ? 33 : 5), 7});  // ldc 40: TMA store
+  // Both epilogues: from the registers, and by TMA stores (which fall back to the registers where
+  // beta != 0 or C's row stride is not a multiple of 16 bytes).
   for (const LayoutCase& c : tma_cases)
-    for (bool c_half : {false, true}) run_layout_case(c, c_half, seed += 3, halfgrad::cuda::GemmPath::kTmaPersistent);
+    for (bool c_half : {false, true})
+      for (halfgrad::cuda::GemmPath path : {halfgrad::cuda::GemmPath::kTmaPersistent, halfgrad::cuda::GemmPath::kTmaStore})
+        run_layout_case(c, c_half, seed += 3, path);
   std::printf("\n");
 }
 

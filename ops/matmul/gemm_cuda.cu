@@ -28,15 +28,15 @@
 // sake of the last tile; predication costs a compare per 16-byte copy.
 //
 // Hopper: on a compute capability 9.0 GPU, FP16 problems whose operands TMA can describe (A and B
-// 16-byte aligned, lda and ldb multiples of 8; any M, N, K) and that give 128x256 tiles to >= 3/4 of
-// the SMs run on the persistent warp-specialised TMA kernel (ops/matmul/gemm_tma.cuh: TMA loads, an
-// mbarrier ring, a producer warpgroup and two wgmma consumer warpgroups, all four N/T layouts);
-// its conditions include those of the older cp.async wgmma kernel (ops/matmul/gemm_wgmma.cuh), which
-// the automatic choice therefore no longer reaches (it stays as rung 6 and for gemm_paths.h).
-// mma.sync tops out near half of Hopper's Tensor Core rate. Everything else takes the kernels below, and so does every BF16 problem: the
-// Hopper kernels are FP16-only for now (their descriptors and instruction would need the .bf16
-// variant and its own measurement). The size rule for the TMA kernel is a prediction until
-// `gemm_bench --dispatch` has measured it (tma_wins). gemm_paths.h forces a family (benchmarks).
+// 16-byte aligned, lda and ldb multiples of 8; any M, N, K) run on the persistent warp-specialised
+// TMA kernel (ops/matmul/gemm_tma.cuh: TMA loads, an mbarrier ring, a producer warpgroup and two
+// wgmma consumer warpgroups, all four N/T layouts), with its TMA-store epilogue when beta == 0 and C
+// is 16-byte aligned with a 16-byte row stride; with beta != 0 (C read in the epilogue) only where
+// it measured faster than mma.sync (hopper_path). mma.sync tops out near half of Hopper's Tensor
+// Core rate. The older cp.async wgmma kernel (ops/matmul/gemm_wgmma.cuh, rung 6) won no measured
+// shape and is no longer chosen (gemm_paths.h still forces it, for the ladder). Everything else
+// takes the kernels below, and so does every BF16 problem: the Hopper kernels are FP16-only for now
+// (their descriptors and instruction would need the .bf16 variant and its own measurement).
 //
 // Two load paths, chosen per call: 16-byte cp.async when lda, ldb are multiples of 8 halfs and A, B
 // are 16-byte aligned (every 16-byte chunk then starts aligned); otherwise 2-byte loads and 2-byte shared
@@ -120,10 +120,19 @@ int64_t sm_count(const char* op) {
   return counts[device];
 }
 
-/// Whether the persistent TMA kernel should serve a problem it can serve. PREDICTED, not yet
-/// measured (`gemm_bench --dispatch` measures it): the same rule as the wgmma kernel's, 128 x 256
-/// tiles for at least 3/4 of the SMs; below that the mma.sync small tile keeps more SMs busy.
-bool tma_wins(const GemmProblem& p, int64_t sms) { return 4 * gemm_tma::tile_count(p.M, p.N) >= 3 * sms; }
+/// Which Hopper family serves a problem the TMA kernel can take (measured by `gemm_bench --dispatch`
+/// on the H200, 2026-12-01, bench/gemm/README.md). With beta == 0 the TMA-store epilogue is the best
+/// family, or tied within the spread, on every measured shape (square 1000-8192 in all four layouts,
+/// tall, wide, K = 64, K = 16384, the U-Net's conv-transpose GEMMs): kTmaStore. With beta != 0 C has
+/// to be read, so the epilogue runs from the registers; that variant lost to mma.sync wherever the
+/// epilogue weighs (K <= 128: 0.31-0.67x of cuBLAS against 0.38-0.80x) and on few tiles (1024^3, 32
+/// tiles: 0.47x against 0.56x), and won from 72 tiles with K >= 1024 (1536^3: 0.64x against 0.41x).
+/// The K >= 256 bound lies between the measured K = 128 and K = 1024 (not measured in between).
+GemmPath hopper_path(const GemmProblem& p, int64_t sms) {
+  if (p.out.beta == 0.f) return GemmPath::kTmaStore;
+  const bool many_tiles = 2 * gemm_tma::tile_count(p.M, p.N) >= sms;
+  return many_tiles && p.K >= 256 ? GemmPath::kTmaPersistent : GemmPath::kMmaSync;
+}
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
@@ -177,9 +186,8 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
   const bool tma_ok = hopper && gemm_tma::operands_supported(p);
   const bool wgmma_ok = hopper && vector && p.M % 8 == 0 && p.N % 8 == 0 && p.K % 8 == 0;
   if (path == GemmPath::kAuto) {
-    if (tma_ok && tma_wins(p, sm_count(op))) path = GemmPath::kTmaPersistent;
-    else if (!a.bf16 && gemm_wgmma::suits(p, vector, sm_count(op), op)) path = GemmPath::kWgmma;
-    else path = GemmPath::kMmaSync;
+    // The cp.async wgmma kernel (rung 6) was not the best family on any measured shape: not chosen.
+    path = tma_ok ? hopper_path(p, sm_count(op)) : GemmPath::kMmaSync;
   }
   switch (path) {
     case GemmPath::kTmaPersistent:
