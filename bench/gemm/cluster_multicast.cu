@@ -27,6 +27,8 @@
 //    the end).
 // Predicted on H200: +3-5% over persistent at 4096^3 and 8192^3 (0.98-1.08x cuBLAS); fewer clusters
 // than SM pairs may fit (a cluster must sit in one GPC), which can eat the gain at 4096^3.
+// Measured (H200, 2026-12-01): 562 TFLOP/s at 4096^3, 0.76x cuBLAS: 18% SLOWER than rung 9, not yet
+// understood (README.md lists the candidates).
 //
 // Edges: M, N, K any with an even number of 128-row tile-rows (else n/a); K, N multiples of 8.
 #include <cuda.h>

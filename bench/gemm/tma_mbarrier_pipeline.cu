@@ -26,6 +26,7 @@
 //    whenever the other warpgroup is late to release a slot, and all 256 threads carry the consumer's
 //    register budget.
 // Predicted on H200: ~600-650 TFLOP/s at 4096^3 and 8192^3 (0.8-0.9x cuBLAS, rung 6: 546 / 558).
+// Measured (H200, 2026-12-01): 553 TFLOP/s at 4096^3, 0.75x cuBLAS: no gain over rung 6 (README.md says why).
 //
 // Edges: M, N, K any (TMA zero-fills outside the matrix, stores are predicated), but TMA needs the
 // row strides K * 2 and N * 2 bytes to be multiples of 16: K and N multiples of 8.

