@@ -1,10 +1,11 @@
 // The Hopper TMA GEMM (ops/matmul/gemm_tma.cuh) through the public ops, against the CPU ops: on a
-// compute capability 9.0 GPU, FP16 problems with >= 99 output tiles of 128x256 run on it (gemm_cuda.cu,
-// tma_wins), so these shapes take it there and the mma.sync kernels elsewhere; the same check holds
-// either way. 1288 x 72 x 2568: an edge tile in M (1288 = 10 x 128 + 8) and N (2568 = 10 x 256 + 8),
+// compute capability 9.0 GPU, FP16 products with beta == 0 and TMA-describable operands run on it
+// with the TMA-store epilogue (gemm_cuda.cu, hopper_path), so these shapes take it there and the
+// mma.sync kernels elsewhere; the same check holds either way. 1288 x 72 x 2568: an edge tile in M (1288 = 10 x 128 + 8) and N (2568 = 10 x 256 + 8),
 // K = 72 not a multiple of the 64-wide slice (TMA zero-fills the rest of the boxes). matmul is the
 // N/N layout (B MN-major), linear's forward the N/T one (weight (out, in): B K-major); their
-// gradients run on smaller problems (other kernels). bench/gemm/gemm_bench checks every layout,
+// gradients are the N/T and T/N products with K = 2568 and 1288 (the TMA kernel too where their
+// operands and beta allow it). bench/gemm/gemm_bench checks every layout,
 // alpha/beta and FP16 output of the kernel directly.
 #include "ops/matmul/matmul.h"
 #include "tests/cuda/cpu_reference.h"
