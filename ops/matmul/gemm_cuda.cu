@@ -31,8 +31,8 @@
 // 16-byte aligned, lda and ldb multiples of 8; any M, N, K) run on the persistent warp-specialised
 // TMA kernel (ops/matmul/gemm_tma.cuh: TMA loads, an mbarrier ring, a producer warpgroup and two
 // wgmma consumer warpgroups, all four N/T layouts), with its TMA-store epilogue when beta == 0 and C
-// is 16-byte aligned with a 16-byte row stride; with beta != 0 (C read in the epilogue) only where
-// it measured faster than mma.sync (hopper_path). mma.sync tops out near half of Hopper's Tensor
+// is 16-byte aligned with a 16-byte row stride; otherwise (beta != 0: C read in the epilogue, or an
+// unaligned C) only where it measured faster than mma.sync (hopper_path). mma.sync tops out near half of Hopper's Tensor
 // Core rate. The older cp.async wgmma kernel (ops/matmul/gemm_wgmma.cuh, rung 6) won no measured
 // shape and is no longer chosen (gemm_paths.h still forces it, for the ladder). Everything else
 // takes the kernels below, and so does every BF16 problem: the Hopper kernels are FP16-only for now
@@ -124,12 +124,13 @@ int64_t sm_count(const char* op) {
 /// on the H200, 2026-12-01, bench/gemm/README.md). With beta == 0 the TMA-store epilogue is the best
 /// family, or tied within the spread, on every measured shape (square 1000-8192 in all four layouts,
 /// tall, wide, K = 64, K = 16384, the U-Net's conv-transpose GEMMs): kTmaStore. With beta != 0 C has
-/// to be read, so the epilogue runs from the registers; that variant lost to mma.sync wherever the
+/// to be read (and where C's base or row stride is not 16-byte aligned TMA cannot store it), so the
+/// epilogue runs from the registers; that variant lost to mma.sync wherever the
 /// epilogue weighs (K <= 128: 0.31-0.67x of cuBLAS against 0.38-0.80x) and on few tiles (1024^3, 32
 /// tiles: 0.47x against 0.56x), and won from 72 tiles with K >= 1024 (1536^3: 0.64x against 0.41x).
 /// The K >= 256 bound lies between the measured K = 128 and K = 1024 (not measured in between).
 GemmPath hopper_path(const GemmProblem& p, int64_t sms) {
-  if (p.out.beta == 0.f) return GemmPath::kTmaStore;
+  if (gemm_tma::tma_store_possible(p)) return GemmPath::kTmaStore;
   const bool many_tiles = 2 * gemm_tma::tile_count(p.M, p.N) >= sms;
   return many_tiles && p.K >= 256 ? GemmPath::kTmaPersistent : GemmPath::kMmaSync;
 }

@@ -64,12 +64,6 @@ void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, 
   encode_tensor_map(map, m, op);
 }
 
-/// Whether C can leave through TMA stores: beta == 0 (C is not read), FP16 or FP32 (not BF16), and
-/// a base and row stride TMA can describe.
-bool tma_store_possible(const GemmProblem& p) {
-  return p.out.beta == 0.f && !p.out.c_bf16 && tensor_map_aligned(p.out.C, p.out.ldc, p.out.c_half ? 2 : 4);
-}
-
 template <bool kATrans, bool kBTrans>
 void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const char* op) {
   auto kernel = gemm_tma_kernel<kATrans, kBTrans>;
@@ -101,6 +95,10 @@ void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const c
 }
 
 }  // namespace
+
+bool tma_store_possible(const GemmProblem& p) {
+  return p.out.beta == 0.f && !p.out.c_bf16 && tensor_map_aligned(p.out.C, p.out.ldc, p.out.c_half ? 2 : 4);
+}
 
 int64_t tile_count(int64_t M, int64_t N) { return ((M + kBlockM - 1) / kBlockM) * ((N + kBlockN - 1) / kBlockN); }
 

@@ -26,6 +26,9 @@ bool operands_supported(const GemmProblem& p);
 /// kRegisters where TMA cannot store: beta != 0, BF16, C or ldc not 16-byte aligned.
 enum class Store { kRegisters, kTma };
 
+/// Whether Store::kTma can be honoured for this C (beta == 0, FP16 or FP32, base and ldc as TMA needs).
+bool tma_store_possible(const GemmProblem& p);
+
 /// Output tiles (128 x 256) of an M x N problem.
 int64_t tile_count(int64_t M, int64_t N);
 
