@@ -5,6 +5,10 @@
 //                        checked only), then the layout / leading-dimension / alpha-beta checks of
 //                        gemm_f16 and its argument checks. About a minute on an H200.
 //   gemm_bench --quick   1024^3 and 4096^3 timed, the small shapes and the layout checks; < 30 s.
+//   gemm_bench --dispatch  every kernel family of gemm_f16 (mma.sync, wgmma, TMA, and gemm_f16's own
+//                        choice) beside cuBLAS on square, tall, wide, small-K, U-Net conv-transpose
+//                        and odd shapes, N/N and other layouts, FP32 and FP16 output: the measurement
+//                        behind gemm_cuda.cu's dispatch rule. A few minutes.
 //   gemm_bench --sweep   every tile configuration of gemm_sweep.cu (the production block function
 //                        with other compile-time shapes) and gemm_f16 itself, checked and timed at
 //                        1024^3, 4096^3 and 8192^3, FP32 and FP16 output, beside cuBLAS; < 30 s.
@@ -37,10 +41,11 @@
 #include "bench/gemm/gemm_sweep.h"
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_cuda.h"
+#include "ops/matmul/gemm_paths.h"
 
 #ifdef HALFGRAD_GEMM_STANDALONE
-// Only for compiling this bench with nvcc alone, before core/cuda/runtime.cpp exists: the stream and
-// the error thrower that check.cuh declares.
+// Only for compiling this bench with nvcc alone, before core/cuda/runtime.cpp exists: the stream,
+// the error thrower that check.cuh declares and the SM count (runtime.h) that the TMA kernels use.
 namespace halfgrad::cuda {
 cudaStream_t stream() {
   static cudaStream_t s = [] {
@@ -52,6 +57,14 @@ cudaStream_t stream() {
 }
 void throw_cuda_error(const char* op, const char* call, cudaError_t err) {
   throw Error(std::string(op) + ": " + call + " failed: " + cudaGetErrorString(err));
+}
+int sm_count() {  // of device 0 (the standalone bench uses no other)
+  static int n = [] {
+    int count = 0;
+    HG_CUDA_CHECK("cuda::sm_count", cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0));
+    return count;
+  }();
+  return n;
 }
 }  // namespace halfgrad::cuda
 #endif
@@ -268,6 +281,11 @@ void run_size(const Size& s, int64_t l2_bytes) {
       rung("mma_ldmatrix_swizzle", halfgrad::bench::gemm_mma_ldmatrix_swizzle),
       rung("mma_warp_tiled", halfgrad::bench::gemm_mma_warp_tiled),
       rung("wgmma_hopper", halfgrad::bench::gemm_wgmma_hopper),
+      rung("tma_mbarrier_pipeline", halfgrad::bench::gemm_tma_mbarrier_pipeline),
+      rung("warp_specialized", halfgrad::bench::gemm_warp_specialized),
+      rung("persistent", halfgrad::bench::gemm_persistent),
+      rung("cluster_multicast", halfgrad::bench::gemm_cluster_multicast),
+      rung("tma_store_epilogue", halfgrad::bench::gemm_tma_store_epilogue),
       {"gemm_f16 (f32 out)", false, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, false)); return (const char*)nullptr; }},
       {"gemm_f16 (f16 out)", true, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, true)); return (const char*)nullptr; }},
   };
@@ -327,7 +345,8 @@ struct LayoutCase {
   float alpha = 1, beta = 0;
 };
 
-void run_layout_case(const LayoutCase& c, bool c_half, uint64_t seed) {
+void run_layout_case(const LayoutCase& c, bool c_half, uint64_t seed,
+                     halfgrad::cuda::GemmPath path = halfgrad::cuda::GemmPath::kAuto) {
   const int64_t a_rows = c.a_layout == GemmLayout::N ? c.M : c.K, a_cols = c.a_layout == GemmLayout::N ? c.K : c.M;
   const int64_t b_rows = c.b_layout == GemmLayout::N ? c.K : c.N, b_cols = c.b_layout == GemmLayout::N ? c.N : c.K;
   const int64_t lda = a_cols + c.lda_pad, ldb = b_cols + c.ldb_pad, ldc = c.N + c.ldc_pad;
@@ -352,16 +371,21 @@ void run_layout_case(const LayoutCase& c, bool c_half, uint64_t seed) {
   }
   GemmArgs a{c.M, c.N, c.K, A.ptr + c.a_offset, lda, c.a_layout, B.ptr, ldb, c.b_layout, C, ldc, c_half, c.alpha, c.beta};
   a.op = "gemm_bench";
-  halfgrad::cuda::gemm_f16(a);
+  if (const char* why = halfgrad::cuda::gemm_f16_on(a, path)) {
+    std::printf("gemm_f16 (forced path) %lldx%lldx%lld: n/a: %s\n", (long long)c.M, (long long)c.N, (long long)c.K, why);
+    return;
+  }
   GemmArgs r = a;
   r.C = ref.ptr;
   r.c_half = false;
   cublas_gemm(r);
   const double err = relative_error(C, c_half, ref.ptr, c.M, c.N, ldc);
-  std::printf("gemm_f16 %s%s %5lldx%5lldx%5lld lda %5lld%s ldb %5lld ldc %5lld alpha %.2f beta %.2f %s out  %s  err %.2e\n",
-              c.a_layout == GemmLayout::N ? "N" : "T", c.b_layout == GemmLayout::N ? "N" : "T", (long long)c.M,
-              (long long)c.N, (long long)c.K, (long long)lda, c.a_offset ? "+1" : "  ", (long long)ldb, (long long)ldc,
+  std::printf("gemm_f16%s %s%s %5lldx%5lldx%5lld lda %5lld%s ldb %5lld ldc %5lld alpha %.2f beta %.2f %s out  %s  err %.2e\n",
+              path == halfgrad::cuda::GemmPath::kTmaPersistent ? " [tma]      "
+              : path == halfgrad::cuda::GemmPath::kTmaStore ? " [tma_store]" : "", c.a_layout == GemmLayout::N ? "N" : "T",
+              c.b_layout == GemmLayout::N ? "N" : "T", (long long)c.M, (long long)c.N, (long long)c.K, (long long)lda, c.a_offset ? "+1" : "  ", (long long)ldb, (long long)ldc,
               c.alpha, c.beta, c_half ? "f16" : "f32", verdict(err), err);
+
 }
 
 void run_layout_checks(bool quick) {
@@ -391,6 +415,28 @@ void run_layout_checks(bool quick) {
   uint64_t seed = 77;
   for (const LayoutCase& c : cases)
     for (bool c_half : {false, true}) run_layout_case(c, c_half, seed += 3);
+  // The TMA kernel forced onto small and odd shapes (gemm_f16 gives it only large ones): edge tiles in
+  // M, N and K (zero-filled boxes), K below one slice, padded lds, alpha/beta, every layout. Leading
+  // dimensions must be multiples of 8 for TMA: shapes whose natural ones are not get padded ones.
+  std::vector<LayoutCase> tma_cases;
+  auto pad8 = [](int64_t x) { return (8 - x % 8) % 8; };  // to the next multiple of 8
+  for (GemmLayout al : kLayouts)
+    for (GemmLayout bl : kLayouts) {
+      const bool an = al == GemmLayout::N, bn = bl == GemmLayout::N;
+      tma_cases.push_back({129, 264, 40, al, bl, pad8(an ? 40 : 129), pad8(bn ? 264 : 40) + 16});
+      tma_cases.push_back({17, 33, 5, al, bl, pad8(an ? 5 : 17) + 8, pad8(bn ? 33 : 5)});
+      tma_cases.push_back({1000, 1000, 1000, al, bl});
+      tma_cases.push_back({300, 520, 200, al, bl, pad8(an ? 200 : 300), 0, 3, 0, 1.5f, -0.75f});
+    }
+  for (GemmLayout al : kLayouts)
+    for (GemmLayout bl : kLayouts) tma_cases.push_back({17, 33, 5, al, bl, pad8(al == GemmLayout::N ? 5 : 17),
+                                                        pad8(bl == GemmLayout::N ? 33 : 5), 7});  // ldc 40: TMA store
+  // Both epilogues: from the registers, and by TMA stores (which fall back to the registers where
+  // beta != 0 or C's row stride is not a multiple of 16 bytes).
+  for (const LayoutCase& c : tma_cases)
+    for (bool c_half : {false, true})
+      for (halfgrad::cuda::GemmPath path : {halfgrad::cuda::GemmPath::kTmaPersistent, halfgrad::cuda::GemmPath::kTmaStore})
+        run_layout_case(c, c_half, seed += 3, path);
   std::printf("\n");
 }
 
@@ -507,6 +553,124 @@ void run_sweep_size(int64_t n, int64_t l2_bytes) {
   std::printf("\n");
 }
 
+// ---------------------------------------------------------------------------------------------
+// --dispatch: every kernel family of gemm_f16 (gemm_paths.h) on the shapes the dispatch rule has to
+// decide: square sizes, tall, wide, small K, the U-Net's conv-transpose GEMMs, odd sizes; N/N and
+// the layouts the autograd backward uses. Each run is checked against cuBLAS and timed beside it.
+// ---------------------------------------------------------------------------------------------
+
+struct DispatchShape {
+  const char* what;
+  int64_t M, N, K;
+  GemmLayout a_layout, b_layout;
+};
+
+void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
+  using halfgrad::cuda::GemmPath;
+  const int64_t M = d.M, N = d.N, K = d.K;
+  const bool at = d.a_layout == GemmLayout::T, bt = d.b_layout == GemmLayout::T;
+  const int64_t lda = at ? M : K, ldb = bt ? K : N;
+  const int64_t set_bytes = 2 * (M * K + K * N) + 6 * M * N;
+  const int sets = static_cast<int>(std::clamp<int64_t>((2 * l2_bytes + set_bytes - 1) / set_bytes, 2, 16));
+  std::vector<std::unique_ptr<DeviceBuffer<uint16_t>>> A, B, Ch;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> Cf;
+  for (int i = 0; i < sets; ++i) {
+    A.emplace_back(new DeviceBuffer<uint16_t>(M * K));
+    B.emplace_back(new DeviceBuffer<uint16_t>(K * N));
+    Cf.emplace_back(new DeviceBuffer<float>(M * N));
+    Ch.emplace_back(new DeviceBuffer<uint16_t>(M * N));
+    fill_random(A[i]->ptr, M * K, 7000 * (M + 3 * N + 7 * K) + 2 * i);
+    fill_random(B[i]->ptr, K * N, 7000 * (M + 3 * N + 7 * K) + 2 * i + 1);
+  }
+  auto args = [&](int i, bool c_half) {
+    GemmArgs a{M, N, K, A[i]->ptr, lda, d.a_layout, B[i]->ptr, ldb, d.b_layout,
+               c_half ? static_cast<void*>(Ch[i]->ptr) : static_cast<void*>(Cf[i]->ptr), N, c_half};
+    a.op = "gemm_bench --dispatch";
+    return a;
+  };
+  DeviceBuffer<float> ref(M * N);
+  cublas_gemm(args(0, false));
+  BENCH_CUDA(cudaMemcpyAsync(ref.ptr, Cf[0]->ptr, M * N * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+  const double flop = 2.0 * M * N * K;
+  const int runs = flop >= 1e10 ? 10 : 30;
+  auto tflops = [&](double ms) { return flop / (ms * 1e-3) / 1e12; };
+
+  struct Family {
+    const char* name;
+    GemmPath path;  // kAuto with is_cublas: cuBLAS
+    bool is_cublas;
+  };
+  const Family families[] = {{"cublas", GemmPath::kAuto, true},
+                             {"mma_sync", GemmPath::kMmaSync, false},
+                             {"wgmma", GemmPath::kWgmma, false},
+                             {"tma", GemmPath::kTmaPersistent, false},
+                             {"tma_store", GemmPath::kTmaStore, false},
+                             {"auto", GemmPath::kAuto, false}};
+  std::printf("%-22s %6lldx%6lldx%5lld %s%s", d.what, (long long)M, (long long)N, (long long)K, at ? "T" : "N",
+              bt ? "T" : "N");
+  for (bool c_half : {false, true}) {
+    double cublas_ms = NAN;
+    std::printf("  | %s:", c_half ? "f16" : "f32");
+    const char* best = "-";
+    double best_ms = INFINITY;
+    for (const Family& f : families) {
+      auto launch = [&](int i) -> const char* {
+        if (f.is_cublas) {
+          cublas_gemm(args(i, c_half));
+          return nullptr;
+        }
+        return halfgrad::cuda::gemm_f16_on(args(i, c_half), f.path);
+      };
+      void* c0 = c_half ? static_cast<void*>(Ch[0]->ptr) : static_cast<void*>(Cf[0]->ptr);
+      poison(c0, M * N * (c_half ? 2 : 4));
+      if (launch(0) != nullptr) {
+        std::printf(" %s n/a", f.name);
+        continue;
+      }
+      const double err = relative_error(c0, c_half, ref.ptr, M, N, N);
+      const char* v = verdict(err);
+      const double ms = time_ms([&](int i) { launch(i); }, sets, runs);
+      if (f.is_cublas) cublas_ms = ms;
+      if (!f.is_cublas && f.path != GemmPath::kAuto && ms < best_ms) {
+        best_ms = ms;
+        best = f.name;
+      }
+      std::printf(" %s %.0f (%.2fx)%s", f.name, tflops(ms), cublas_ms / ms, std::strcmp(v, "PASS") ? " FAIL" : "");
+    }
+    std::printf(" best %s", best);
+  }
+  std::printf("\n");
+}
+
+/// --dispatch: TFLOP/s of every family per shape, and the best non-cuBLAS family.
+void run_dispatch(int64_t l2) {
+  const GemmLayout n = GemmLayout::N, t = GemmLayout::T;
+  std::vector<DispatchShape> shapes;
+  for (int64_t s : {1000, 1024, 1536, 2048, 3072, 4096, 6144, 8192}) shapes.push_back({"square", s, s, s, n, n});
+  for (int64_t s : {2048, 4096, 8192}) shapes.push_back({"square N/T", s, s, s, n, t});
+  shapes.push_back({"square T/N", 4096, 4096, 4096, t, n});
+  shapes.push_back({"square T/T", 4096, 4096, 4096, t, t});
+  shapes.push_back({"tall", 16384, 256, 1024, n, n});
+  shapes.push_back({"tall", 65536, 512, 1024, n, n});
+  shapes.push_back({"wide", 256, 16384, 1024, n, n});
+  shapes.push_back({"wide", 512, 65536, 1024, n, n});
+  shapes.push_back({"small K", 4096, 4096, 64, n, n});
+  shapes.push_back({"small K", 8192, 8192, 64, n, n});
+  shapes.push_back({"large K", 1024, 1024, 16384, n, n});
+  // The reference U-Net's 2x2x2 stride-2 up-convolutions as GEMMs (ops/conv/conv_transpose3d_cuda.cu:
+  // M = batch * voxels in, N = 8 * Cout, K = Cin; B (N, K) is layout T), batch 8, 48x64x48 volumes.
+  shapes.push_back({"unet up 256->128", 8 * 3 * 4 * 3, 8 * 128, 256, n, t});
+  shapes.push_back({"unet up 128->64", 8 * 6 * 8 * 6, 8 * 64, 128, n, t});
+  shapes.push_back({"unet up 64->32", 8 * 12 * 16 * 12, 8 * 32, 64, n, t});
+  shapes.push_back({"unet up 32->16", 8 * 24 * 32 * 24, 8 * 16, 32, n, t});
+  shapes.push_back({"odd", 4095, 4095, 4095, n, n});
+  shapes.push_back({"odd", 129, 257, 40, n, n});
+  shapes.push_back({"odd", 1000, 1000, 1000, n, t});
+  std::printf("TFLOP/s per family (ratio to cuBLAS, same output type); 'auto' is gemm_f16's own choice\n\n");
+  for (const DispatchShape& d : shapes) run_dispatch_shape(d, l2);
+  std::printf("\n");
+}
+
 /// The default mode: every rung and gemm_f16 at each size, then gemm_f16's layout and argument checks.
 void run_ladder(bool quick, int64_t l2) {
   std::vector<Size> sizes = {{17, 33, 5, false}, {1, 1, 1, false}, {64, 3, 27, false}, {129, 257, 40, false},
@@ -527,14 +691,16 @@ void run_ladder(bool quick, int64_t l2) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, sweep = false;
+  bool quick = false, sweep = false, dispatch = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
+    } else if (std::strcmp(argv[i], "--dispatch") == 0) {
+      dispatch = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick | --sweep]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick | --sweep | --dispatch]\n", argv[0]);
       return 2;
     }
   }
@@ -547,7 +713,9 @@ int main(int argc, char** argv) {
     std::printf("%s (sm_%d%d, %d SMs, L2 %d MiB)\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                 l2 >> 20);
     HG_CHECK(prop.major >= 8, "gemm_bench: needs sm_80 or newer (cp.async, ldmatrix, mma.sync.m16n8k16)");
-    if (sweep) {
+    if (dispatch) {
+      run_dispatch(l2);
+    } else if (sweep) {
       std::printf("TFLOP/s and ratio to cuBLAS (same output type, same run); check: rel. Frobenius error < 1e-3\n\n");
       for (int64_t n : {1024, 4096, 8192}) run_sweep_size(n, l2);
     } else {

@@ -22,5 +22,10 @@ const char* gemm_mma_cp_async_pipeline(const DenseGemm& g);
 const char* gemm_mma_ldmatrix_swizzle(const DenseGemm& g);
 const char* gemm_mma_warp_tiled(const DenseGemm& g);
 const char* gemm_wgmma_hopper(const DenseGemm& g);  // sm_90 only
+const char* gemm_tma_mbarrier_pipeline(const DenseGemm& g);  // sm_90 only
+const char* gemm_warp_specialized(const DenseGemm& g);       // sm_90 only
+const char* gemm_persistent(const DenseGemm& g);             // sm_90 only
+const char* gemm_cluster_multicast(const DenseGemm& g);      // sm_90 only
+const char* gemm_tma_store_epilogue(const DenseGemm& g);     // sm_90 only
 
 }  // namespace halfgrad::bench

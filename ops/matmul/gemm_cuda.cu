@@ -27,12 +27,16 @@
 // extra allocation and an extra read+write pass over A and B (and a copy back for C), all for the
 // sake of the last tile; predication costs a compare per 16-byte copy.
 //
-// Hopper: on a compute capability 9.0 GPU, problems with 128x256 tiles for >= 3/4 of the SMs, M, N, K
-// multiples of 8 and the 16-byte load path run instead on the warpgroup-MMA kernel
-// (ops/matmul/gemm_wgmma.cuh, wgmma.mma_async from swizzled shared memory, all four N/T layouts);
-// mma.sync tops out near half of Hopper's Tensor Core rate. Everything else takes the kernels below,
-// and so does every BF16 problem: the wgmma kernel is FP16-only for now (its descriptors and
-// instruction would need the .bf16 variant and its own measurement).
+// Hopper: on a compute capability 9.0 GPU, FP16 problems whose operands TMA can describe (A and B
+// 16-byte aligned, lda and ldb multiples of 8; any M, N, K) run on the persistent warp-specialised
+// TMA kernel (ops/matmul/gemm_tma.cuh: TMA loads, an mbarrier ring, a producer warpgroup and two
+// wgmma consumer warpgroups, all four N/T layouts), with its TMA-store epilogue when beta == 0 and C
+// is 16-byte aligned with a 16-byte row stride; otherwise (beta != 0: C read in the epilogue, or an
+// unaligned C) only where it measured faster than mma.sync (hopper_path). mma.sync tops out near half of Hopper's Tensor
+// Core rate. The older cp.async wgmma kernel (ops/matmul/gemm_wgmma.cuh, rung 6) won no measured
+// shape and is no longer chosen (gemm_paths.h still forces it, for the ladder). Everything else
+// takes the kernels below, and so does every BF16 problem: the Hopper kernels are FP16-only for now
+// (their descriptors and instruction would need the .bf16 variant and its own measurement).
 //
 // Two load paths, chosen per call: 16-byte cp.async when lda, ldb are multiples of 8 halfs and A, B
 // are 16-byte aligned (every 16-byte chunk then starts aligned); otherwise 2-byte loads and 2-byte shared
@@ -44,6 +48,8 @@
 
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_mma_tiles.cuh"
+#include "ops/matmul/gemm_paths.h"
+#include "ops/matmul/gemm_tma_cuda.h"
 #include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::cuda {
@@ -107,13 +113,28 @@ void launch_shape(const GemmProblem& p, bool at, bool bt, bool vector, bool bf16
   else launch_layouts<S, false>(p, at, bt, vector, op);
 }
 
+/// Which Hopper family serves a problem the TMA kernel can take (measured by `gemm_bench --dispatch`
+/// on the H200, 2026-12-01, bench/gemm/README.md). With beta == 0 the TMA-store epilogue is the best
+/// family, or tied within the spread, on every measured shape (square 1000-8192 in all four layouts,
+/// tall, wide, K = 64, K = 16384, the U-Net's conv-transpose GEMMs): kTmaStore. With beta != 0 C has
+/// to be read (and where C's base or row stride is not 16-byte aligned TMA cannot store it), so the
+/// epilogue runs from the registers; that variant lost to mma.sync wherever the
+/// epilogue weighs (K <= 128: 0.31-0.67x of cuBLAS against 0.38-0.80x) and on few tiles (1024^3, 32
+/// tiles: 0.47x against 0.56x), and won from 72 tiles with K >= 1024 (1536^3: 0.64x against 0.41x).
+/// The K >= 256 bound lies between the measured K = 128 and K = 1024 (not measured in between).
+GemmPath hopper_path(const GemmProblem& p, int64_t sms) {
+  if (gemm_tma::tma_store_possible(p)) return GemmPath::kTmaStore;
+  const bool many_tiles = 2 * gemm_tma::tile_count(p.M, p.N) >= sms;
+  return many_tiles && p.K >= 256 ? GemmPath::kTmaPersistent : GemmPath::kMmaSync;
+}
+
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 const char* layout_name(GemmLayout l) { return l == GemmLayout::N ? "N" : "T"; }
 
 }  // namespace
 
-void gemm_f16(const GemmArgs& a) {
+const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
   const char* op = a.op ? a.op : "gemm";
   HG_CHECK(a.M >= 1 && a.N >= 1 && a.K >= 1,
            op << ": gemm_f16 needs M, N, K >= 1; got M=" << a.M << " N=" << a.N << " K=" << a.K);
@@ -154,13 +175,35 @@ void gemm_f16(const GemmArgs& a) {
   const bool vector = a.lda % 8 == 0 && a.ldb % 8 == 0 && aligned(a.A, 16) && aligned(a.B, 16);
   const bool at = a.a_layout == GemmLayout::T;
   const bool bt = a.b_layout == GemmLayout::T;
-  if (!a.bf16 && gemm_wgmma::suits(p, vector, sm_count(), op)) {  // the wgmma kernel is FP16-only
-    gemm_wgmma::launch(p, at, bt, op);
-  } else if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count()) {
-    launch_shape<LargeTile>(p, at, bt, vector, a.bf16, op);
-  } else {
-    launch_shape<SmallTile>(p, at, bt, vector, a.bf16, op);
+  // The Hopper kernels are FP16-only (their descriptors and instructions name .f16).
+  const bool hopper = !a.bf16 && gemm_wgmma::device_supported(op);
+  const bool tma_ok = hopper && gemm_tma::operands_supported(p);
+  const bool wgmma_ok = hopper && vector && p.M % 8 == 0 && p.N % 8 == 0 && p.K % 8 == 0;
+  if (path == GemmPath::kAuto) {
+    // The cp.async wgmma kernel (rung 6) was not the best family on any measured shape: not chosen.
+    path = tma_ok ? hopper_path(p, sm_count()) : GemmPath::kMmaSync;
+  }
+  switch (path) {
+    case GemmPath::kTmaPersistent:
+    case GemmPath::kTmaStore:
+      if (!tma_ok) return "needs sm_90, FP16, 16-byte aligned A and B, lda and ldb multiples of 8";
+      gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op,
+                       path == GemmPath::kTmaStore ? gemm_tma::Store::kTma : gemm_tma::Store::kRegisters);
+      return nullptr;
+    case GemmPath::kWgmma:
+      if (!wgmma_ok) return "needs sm_90, FP16, the 16-byte load path, M, N, K multiples of 8";
+      gemm_wgmma::launch(p, at, bt, op);
+      return nullptr;
+    default:
+      if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count()) {
+        launch_shape<LargeTile>(p, at, bt, vector, a.bf16, op);
+      } else {
+        launch_shape<SmallTile>(p, at, bt, vector, a.bf16, op);
+      }
+      return nullptr;
   }
 }
+
+void gemm_f16(const GemmArgs& a) { gemm_f16_on(a, GemmPath::kAuto); }
 
 }  // namespace halfgrad::cuda

@@ -10,7 +10,8 @@
 //   B, layout N: (K, N), ldb >= N          B, layout T: stored (N, K), ldb >= K   (op(B) = stored^T)
 //   C:           (M, N), ldc >= N, FP32 (float*) or 16-bit (uint16_t*) as c_half says
 // Any M, N, K >= 1. When lda and ldb are multiples of 8 and A and B are 16-byte aligned, tiles are
-// copied with 16-byte asynchronous loads; otherwise with 2-byte loads (same result, slower).
+// copied with 16-byte asynchronous loads (on sm_90: by TMA); otherwise with 2-byte loads (same result,
+// slower).
 // beta == 0 never reads C. C must not overlap A or B. Runs on halfgrad::cuda::stream() and returns
 // once queued. Errors (halfgrad::Error) name `op` and the shapes.
 #pragma once

@@ -1,0 +1,23 @@
+// gemm_paths.h - gemm_f16 with its kernel family forced, so that `gemm_bench --dispatch` can time
+// every family on the same problem and the automatic choice (gemm_cuda.cu) can be read off the
+// measurement. Private to ops/matmul/ and bench/gemm/; programs call gemm_f16 (gemm_cuda.h).
+#pragma once
+#include "ops/matmul/gemm_cuda.h"
+
+namespace halfgrad::cuda {
+
+/// The kernel families of gemm_f16.
+enum class GemmPath {
+  kAuto,           // gemm_f16's own choice
+  kMmaSync,        // mma.sync block tiles (gemm_mma_tiles.cuh; 256x128 or 64x128 by size), any GPU
+  kWgmma,          // wgmma + cp.async, 128x256 (gemm_wgmma.cuh), sm_90, FP16
+  kTmaPersistent,  // warp-specialised TMA + wgmma, persistent (gemm_tma.cuh), sm_90, FP16
+  kTmaStore,       // kTmaPersistent with the TMA-store epilogue (where beta == 0 and C is aligned)
+};
+
+/// gemm_f16(args) on the given family. Checks the arguments exactly as gemm_f16 does (throws
+/// halfgrad::Error); returns nullptr once queued, or, launching nothing, why the family cannot run
+/// this problem on this device.
+const char* gemm_f16_on(const GemmArgs& args, GemmPath path);
+
+}  // namespace halfgrad::cuda

@@ -1,0 +1,284 @@
+// gemm_tma.cuh - the device side of halfgrad's warp-specialised Hopper (sm_90a) FP16 GEMM: operands
+// brought into 128-byte-swizzled shared memory by TMA, a ring of pipeline slots guarded by full and
+// empty mbarriers, one producer warpgroup and two consumer warpgroups running wgmma.m64n256k16, and
+// (persistent launch) every CTA walking many output tiles. ops/matmul/gemm_tma_cuda.cu launches it
+// for gemm_f16 on sm_90; bench/gemm/warp_specialized.cu (one CTA per tile) and persistent.cu (one
+// CTA per SM) launch it as rungs 8 and 9 of the ladder, and tma_mbarrier_pipeline.cu (rung 7) uses
+// its TMA loads. Private to ops/matmul/ and bench/gemm/; compiled only for the sm_90a target.
+//
+// Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major (gemm_cuda.h).
+// FP16 operands, FP32 accumulation in the wgmma accumulator registers, alpha/beta and the FP32 or
+// FP16 (round to nearest even) output by gemm_tiles::store_pair, straight from the accumulators; or
+// (beta == 0, rung 11) alpha applied, rounded the same way, and written through shared memory by TMA
+// stores (store_tile_tma).
+//
+// Shared memory: the tiles of gemm_wgmma.cuh, unchanged (its header comment has the layouts and the
+// descriptors): a K-major operand tile is kMN rows of 128 bytes (64 halfs of k), an MN-major one is
+// kMN / 64 panels of 64 k-rows x 128 bytes (64 halfs of m or n), all 128-byte swizzled (chunk c of
+// row r at c ^ (r % 8)), 1024-byte aligned. A TMA box with CU_TENSOR_MAP_SWIZZLE_128B whose inner side
+// is 128 bytes lands in exactly that layout, so one instruction fills a whole K-major tile
+// (box 64 k x kMN rows) or one MN-major panel (box 64 mn x 64 k). TMA zero-fills the part of a box
+// outside the matrix, which is all the edge handling the loads need: M, N, K are any extents (the
+// TMA conditions are on the strides: 16-byte aligned bases and byte strides, tensor_map.h).
+//
+// Roles (kThreads = 384 = 3 warpgroups, one CTA per SM: 192 KiB of pipeline slots + 32 KiB of
+// TMA-store boxes):
+//   warpgroup 0, producer: setmaxnreg.dec to 40 registers; one elected thread walks the CTA's tiles
+//     and their K slices, and for each slice waits for its slot's empty barrier, arms the slot's full
+//     barrier with the slice's byte count (arrive.expect_tx) and issues the TMA loads (1 box for a
+//     K-major tile, kMN / 64 for an MN-major one) that complete on it.
+//   warpgroups 1 and 2, consumers: setmaxnreg.inc to 232; consumer c owns rows 64c..64c+63 of the
+//     128 x 256 tile: one wgmma.m64n256k16 per 16-wide k-step, 128 FP32 accumulators per thread. Per
+//     slice: wait on the full barrier's phase parity, issue the slice's 4 wgmmas as one group, wait
+//     until at most that group is pending (wait_group 1: the previous slice's wgmmas are done reading
+//     their slot), and release the previous slot (one thread per consumer arrives on its empty
+//     barrier, count 2). After the tile's last slice, wait_group 0, release, store.
+// Ring bookkeeping: producer and consumers count slices `it` over all the CTA's tiles in the same
+// order; slice it uses slot it % kStages in lap it / kStages, so full barriers are waited with parity
+// (it / kStages) & 1 and empty barriers with the opposite parity (a fresh barrier's "previous phase",
+// parity 1, counts as complete: the producer's first lap does not wait).
+// Persistence: the CTA loops over tiles blockIdx.x, blockIdx.x + gridDim.x, ... in a grouped order
+// (kGroupM tile-rows swept before moving right, the order of gemm_wgmma.cuh, so the ~132 tiles in
+// flight share A row-panels and B column-panels in L2). With gridDim = tile count it is the plain
+// one-tile-per-CTA kernel (rung 8); with gridDim = #SMs (rung 9, production) the producer runs ahead
+// into the next tile while the consumers store the current one: the epilogue overlaps the loads.
+#pragma once
+#include <cuda.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/matmul/gemm_mma_tiles.cuh"
+#include "ops/matmul/gemm_wgmma.cuh"
+#include "ops/tensor_core/tma.cuh"
+
+namespace halfgrad::cuda::gemm_tma {
+
+using gemm_tiles::GemmProblem;
+
+constexpr int kBlockM = gemm_wgmma::kBlockM;  // 128
+constexpr int kBlockN = gemm_wgmma::kBlockN;  // 256
+constexpr int kBlockK = gemm_wgmma::kBlockK;  // 64 halfs = one 128-byte swizzle row
+constexpr int kInstrK = gemm_wgmma::kInstrK;  // 16
+constexpr int kWarpgroupM = 64;               // rows per consumer (the wgmma M)
+constexpr int kConsumers = kBlockM / kWarpgroupM;
+constexpr int kThreads = 128 * (1 + kConsumers);
+constexpr int kStages = 4;
+constexpr int kGroupM = 8;
+constexpr int kProducerRegs = 40;   // the producer needs a loop counter and a few addresses
+constexpr int kConsumerRegs = 232;  // 128 accumulators + descriptors, addresses, epilogue
+static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file of one SM");
+constexpr int kATileBytes = kBlockM * kBlockK * 2;
+constexpr int kBTileBytes = kBlockN * kBlockK * 2;
+constexpr int kStageBytes = kATileBytes + kBTileBytes;
+constexpr int kBarrierBytes = 2 * kStages * 8;
+// TMA-store epilogue (rung 11): each consumer stages its 64 x 256 results in boxes of 64 rows x 128
+// bytes (32 FP32 or 64 FP16 columns), 128-byte swizzled like the operand tiles, two box buffers per
+// consumer so that one box is written while the TMA store of the previous one reads.
+constexpr int kStoreBoxRows = kWarpgroupM;
+constexpr int kStoreBoxBytes = kStoreBoxRows * 128;  // 8 KiB
+constexpr int kStoreBuffers = 2;
+constexpr int kStoreBytes = kConsumers * kStoreBuffers * kStoreBoxBytes;
+// + 1 KiB so that the kernel can round the dynamic shared-memory base up to 1024 bytes (SWIZZLE_128B).
+constexpr int kSmemBytes = kStages * kStageBytes + kStoreBytes + kBarrierBytes + 1024;
+static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory on sm_90");
+
+__host__ __device__ constexpr int tiles_m(int M) { return (M + kBlockM - 1) / kBlockM; }
+__host__ __device__ constexpr int tiles_n(int N) { return (N + kBlockN - 1) / kBlockN; }
+
+/// Tile t of the grouped order: kGroupM tile-rows are swept column by column before moving on, so
+/// consecutive t share B column-panels and, within a group, A row-panels.
+__host__ __device__ inline void tile_origin(int t, int M, int N, int* tile_m, int* tile_n) {
+  const int tm = tiles_m(M), tn = tiles_n(N);
+  const int group_size = kGroupM * tn;
+  const int first_m = (t / group_size) * kGroupM;
+  const int group_rows = tm - first_m < kGroupM ? tm - first_m : kGroupM;
+  *tile_m = (first_m + (t % group_size) % group_rows) * kBlockM;
+  *tile_n = ((t % group_size) / group_rows) * kBlockN;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+/// The TMA loads of one operand's kMN x 64 slice into its tile at `tile` (layouts above), completing
+/// on `bar`. The map's box is (64 k, kMN rows) for a K-major operand stored (MN, K), and (64 mn, 64 k)
+/// for an MN-major one stored (K, MN) (gemm_tma_cuda.cu makes them). One thread calls it.
+template <int kMN, bool kMnMajor>
+__device__ __forceinline__ void tma_load_operand(uint32_t tile, const CUtensorMap* map, uint32_t bar, int mn0,
+                                                 int k0) {
+  if constexpr (kMnMajor) {
+#pragma unroll
+    for (int panel = 0; panel < kMN / gemm_wgmma::kPanel; ++panel)
+      tensor_core::tma_load_2d(tile + panel * kBlockK * gemm_wgmma::kRowBytes, map, bar,
+                               mn0 + panel * gemm_wgmma::kPanel, k0);
+  } else {
+    tensor_core::tma_load_2d(tile, map, bar, k0, mn0);
+  }
+}
+
+/// The epilogue of one consumer through shared memory and TMA stores (rung 11): alpha applied, the
+/// 64 x 256 FP32 accumulators written as kBoxes boxes of 64 rows x 128 bytes (FP32: 8 boxes of 32
+/// columns; FP16: 4 boxes of 64) into the consumer's two box buffers, each stored by its first thread
+/// with cp.async.bulk.tensor once all 128 threads have written it (named barrier 1 + consumer) and
+/// fenced their writes into the async proxy. TMA skips the parts of a box outside C. `box_count`
+/// counts this consumer's boxes over the CTA's tiles: box i uses buffer i % 2, which its first thread
+/// waits to be read out (bulk wait_group.read 1: the store of box i - 2 is done with it) before the
+/// barrier that lets the others overwrite it. beta must be 0 (C is not read).
+/// Bank arithmetic: a warp's float2 (FP32) or half2 (FP16) writes cover 8 rows x 32 (16) bytes; the
+/// 128-byte swizzle puts the 8 rows' 16-byte chunks on 8 different chunk positions, so the writes
+/// take the minimum of 2 (1) wavefronts.
+template <bool kHalf>
+__device__ __forceinline__ void store_tile_tma(const float (&d)[128], float alpha, const CUtensorMap* map_c,
+                                               uint32_t buffers, int consumer, int tile_m, int tile_n,
+                                               int& box_count) {
+  namespace tc = tensor_core;
+  constexpr int kElementBytes = kHalf ? 2 : 4;
+  constexpr int kBoxCols = 128 / kElementBytes;
+  constexpr int kBoxes = kBlockN / kBoxCols;
+  constexpr int kFragmentsPerBox = kBoxCols / 8;  // 8-column groups j of the wgmma fragment
+  const int t = static_cast<int>(threadIdx.x) % 128;
+  const int warp = t / 32, lane = t % 32;
+  const bool issues = t == 0;
+#pragma unroll
+  for (int box = 0; box < kBoxes; ++box, ++box_count) {
+    const uint32_t buffer = buffers + (box_count % kStoreBuffers) * kStoreBoxBytes;
+    if (issues) tc::tma_store_wait_read<kStoreBuffers - 1>();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + consumer) : "memory");
+#pragma unroll
+    for (int f = 0; f < kFragmentsPerBox; ++f) {
+      const int j = box * kFragmentsPerBox + f;
+      const int col_bytes = (8 * f + 2 * (lane % 4)) * kElementBytes;  // within the box's 128-byte row
+#pragma unroll
+      for (int half_row = 0; half_row < 2; ++half_row) {
+        const int r = warp * 16 + lane / 4 + 8 * half_row;
+        const uint32_t at = buffer + r * 128 + ((((col_bytes >> 4) ^ (r & 7))) << 4) + (col_bytes & 15);
+        const float v0 = alpha * d[4 * j + 2 * half_row], v1 = alpha * d[4 * j + 2 * half_row + 1];
+        if constexpr (kHalf) {
+          const uint32_t packed = gemm_tiles::c16_pack<__half>(v0, v1);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(packed) : "memory");
+        } else {
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(v0), "f"(v1) : "memory");
+        }
+      }
+    }
+    tc::fence_proxy_async_shared();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + consumer) : "memory");
+    if (issues) {
+      tc::tma_store_2d(map_c, buffer, tile_n + box * kBoxCols, tile_m + consumer * kWarpgroupM);
+      tc::tma_store_commit();
+    }
+  }
+}
+
+/// The whole CTA; call from a __global__ launched with kThreads threads, kSmemBytes of dynamic shared
+/// memory and any number of CTAs (each walks tiles blockIdx.x + i * gridDim.x). kATrans: A stored
+/// (K, M); kBTrans: B stored (N, K). map_a / map_b: the operands' tensor maps (__grid_constant__).
+/// map_c: C's tensor map (box 128 bytes x 64 rows, 128-byte swizzle) when the epilogue is to leave
+/// through TMA stores (beta == 0, gemm_tma_cuda.cu decides), nullptr for stores from the registers.
+template <bool kATrans, bool kBTrans>
+__device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p, const CUtensorMap* map_a,
+                                                            const CUtensorMap* map_b, const CUtensorMap* map_c,
+                                                            uint8_t* smem_raw) {
+  namespace tc = tensor_core;
+  constexpr bool kAMnMajor = kATrans;
+  constexpr bool kBMnMajor = !kBTrans;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warpgroup = tid / 128;
+  const uint32_t smem = (gemm_tiles::shared_address(smem_raw) + 1023) & ~1023u;
+  const uint32_t store_buffers = smem + kStages * kStageBytes;  // 2 box buffers per consumer
+  const uint32_t full_bar = store_buffers + kStoreBytes;          // kStages barriers of 8 bytes
+  const uint32_t empty_bar = full_bar + kStages * 8;
+  auto a_tile = [&](int slot) { return smem + slot * kStageBytes; };
+  auto b_tile = [&](int slot) { return smem + slot * kStageBytes + kATileBytes; };
+
+  if (tid == 0) {
+    tc::tma_prefetch_map(map_a);
+    tc::tma_prefetch_map(map_b);
+    for (int s = 0; s < kStages; ++s) {
+      tc::mbarrier_init(full_bar + 8 * s, 1);                // the producer's arrive.expect_tx
+      tc::mbarrier_init(empty_bar + 8 * s, kConsumers);      // one thread per consumer warpgroup
+    }
+    tc::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  const int tiles = tiles_m(p.M) * tiles_n(p.N);
+  const int k_tiles = (p.K + kBlockK - 1) / kBlockK;
+
+  if (warpgroup == 0) {
+    // Producer. The other 127 threads only give their registers back and finish.
+    tc::setmaxnreg_dec<kProducerRegs>();
+    if (tid == 0) {
+      int it = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tile_m, tile_n;
+        tile_origin(t, p.M, p.N, &tile_m, &tile_n);
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          const int slot = it % kStages;
+          tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);
+          tc::mbarrier_arrive_expect_tx(full_bar + 8 * slot, kStageBytes);
+          tma_load_operand<kBlockM, kAMnMajor>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m, kt * kBlockK);
+          tma_load_operand<kBlockN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK);
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  tc::setmaxnreg_inc<kConsumerRegs>();
+  const int consumer = warpgroup - 1;
+  const bool releases = tid % 128 == 0;  // the one thread per consumer that arrives on empty barriers
+  const int warp = (tid % 128) / 32;
+  const int lane = tid % 32;
+  int it = 0;
+  int box_count = 0;  // TMA-store epilogue: this consumer's boxes so far
+  float d[128];
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tile_m, tile_n;
+    tile_origin(t, p.M, p.N, &tile_m, &tile_n);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) d[i] = 0.f;
+    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+      const int slot = it % kStages;
+      tc::mbarrier_wait(full_bar + 8 * slot, (it / kStages) & 1);
+      gemm_wgmma::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {
+        const uint64_t desc_a =
+            gemm_wgmma::operand_descriptor<kAMnMajor>(a_tile(slot), consumer * kWarpgroupM, ks);
+        const uint64_t desc_b = gemm_wgmma::operand_descriptor<kBMnMajor>(b_tile(slot), 0, ks);
+        gemm_wgmma::wgmma_m64n256k16<kAMnMajor, kBMnMajor>(d, desc_a, desc_b);
+      }
+      gemm_wgmma::wgmma_commit();
+      gemm_wgmma::wgmma_wait<1>();  // the previous slice's wgmmas have finished reading their slot
+      if (kt > 0 && releases) tc::mbarrier_arrive(empty_bar + 8 * ((it - 1) % kStages));
+    }
+    gemm_wgmma::wgmma_wait<0>();
+    gemm_wgmma::fence_accumulators(d);
+    if (releases) tc::mbarrier_arrive(empty_bar + 8 * ((it - 1) % kStages));
+
+    // Meanwhile the producer is already filling the released slots with the next tile's slices.
+    if (map_c != nullptr) {
+      const uint32_t buffers = store_buffers + consumer * kStoreBuffers * kStoreBoxBytes;
+      if (p.out.c_half) store_tile_tma<true>(d, p.out.alpha, map_c, buffers, consumer, tile_m, tile_n, box_count);
+      else store_tile_tma<false>(d, p.out.alpha, map_c, buffers, consumer, tile_m, tile_n, box_count);
+      continue;
+    }
+    // Straight from the accumulators (the fragment layout of gemm_wgmma::wgmma_m64n256k16).
+    const int row = tile_m + consumer * kWarpgroupM + warp * 16 + lane / 4;
+    const int col0 = tile_n + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      gemm_tiles::store_pair(p.out, p.M, p.N, row, col0 + 8 * j, d[4 * j], d[4 * j + 1]);
+      gemm_tiles::store_pair(p.out, p.M, p.N, row + 8, col0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
+    }
+  }
+  // The shared memory a TMA store reads must stay valid until it has been read.
+  if (map_c != nullptr && tid % 128 == 0) tensor_core::tma_store_wait<0>();
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace halfgrad::cuda::gemm_tma

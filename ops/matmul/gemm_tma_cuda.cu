@@ -1,0 +1,125 @@
+// gemm_tma_cuda.cu - launches the warp-specialised TMA GEMM of gemm_tma.cuh (math, layouts, roles,
+// pipeline and precision are described there) and builds its operands' tensor maps.
+//
+// Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major, every N/T layout.
+// Mapping: 384-thread CTAs (1 producer + 2 consumer warpgroups), 128 x 256 tiles, one CTA per SM
+// (~225 KiB of shared memory); per tile or persistent, epilogue from registers or by TMA stores
+// (gemm_tma_cuda.h). Precision: FP16 operands,
+// FP32 accumulation, FP32 or FP16 output.
+//
+// Tensor maps (tensor_map.h), one per operand, by where its K runs:
+//   K-major, stored (MN, K) (A layout N, B layout T): rows = MN, cols = K, box 64 k x kMN rows: one
+//     TMA per slice fills the whole tile.
+//   MN-major, stored (K, MN) (A layout T, B layout N): rows = K, cols = MN, box 64 mn x 64 k: one
+//     TMA per 64-wide panel.
+// Both with CU_TENSOR_MAP_SWIZZLE_128B (the box rows are exactly 128 bytes). The maps are kernel
+// parameters (__grid_constant__), built on the host for every call (cuTensorMapEncodeTiled is a
+// host-only function: about a microsecond, no GPU work).
+//
+// Build: sm_90a only (its own object library, with gemm_wgmma_cuda.cu); for any other target the
+// kernel body is a trap, and callers only launch on compute capability 9.0.
+#include "ops/matmul/gemm_tma_cuda.h"
+
+#include <algorithm>
+
+#include "core/cuda/check.cuh"
+#include "core/cuda/runtime.h"
+#include "ops/matmul/gemm_tma.cuh"
+#include "ops/matmul/gemm_wgmma_cuda.h"
+#include "ops/matmul/tensor_map.h"
+
+namespace halfgrad::cuda::gemm_tma {
+namespace {
+
+template <bool kATrans, bool kBTrans>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                    const __grid_constant__ CUtensorMap map_c, bool tma_store, GemmProblem p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem[];
+  warp_specialized_gemm_block<kATrans, kBTrans>(p, &map_a, &map_b, tma_store ? &map_c : nullptr, smem);
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built without sm_90a: never launched (device_supported), loud if it were
+#endif
+}
+
+/// The map of one operand with MN extent `mn` (rows of C it feeds: M for A, N for B), box kMN wide.
+void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, int64_t ld, bool mn_major,
+                 int box_mn, const char* op) {
+  MatrixTensorMap m;
+  m.base = base;
+  m.ld = ld;
+  m.dtype = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  m.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  m.box_cols = kBlockK;  // 64 halfs = 128 bytes, one swizzle row (also the panel width of MN-major)
+  if (mn_major) {
+    m.rows = k;
+    m.cols = mn;
+    m.box_rows = kBlockK;
+  } else {
+    m.rows = mn;
+    m.cols = k;
+    m.box_rows = box_mn;
+  }
+  encode_tensor_map(map, m, op);
+}
+
+template <bool kATrans, bool kBTrans>
+void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const char* op) {
+  auto kernel = gemm_tma_kernel<kATrans, kBTrans>;
+  static const bool configured = [&] {
+    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  CUtensorMap map_a, map_b;
+  operand_maps(p, kATrans, kBTrans, &map_a, &map_b, op);
+  CUtensorMap map_c = {};
+  const bool tma_store = store == Store::kTma && tma_store_possible(p);
+  if (tma_store) {
+    MatrixTensorMap m;
+    m.base = p.out.C;
+    m.rows = p.M;
+    m.cols = p.N;
+    m.ld = p.out.ldc;
+    m.dtype = p.out.c_half ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    m.box_cols = p.out.c_half ? 64 : 32;  // 128 bytes: the swizzle span
+    m.box_rows = kStoreBoxRows;
+    m.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    encode_tensor_map(&map_c, m, op);
+  }
+  const int64_t tiles = static_cast<int64_t>(tiles_m(p.M)) * tiles_n(p.N);
+  const int64_t ctas = schedule == Schedule::kPersistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
+  kernel<<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, stream()>>>(map_a, map_b, map_c, tma_store, p);
+  HG_CUDA_LAUNCH_CHECK(op);
+}
+
+}  // namespace
+
+bool tma_store_possible(const GemmProblem& p) {
+  return p.out.beta == 0.f && !p.out.c_bf16 && tensor_map_aligned(p.out.C, p.out.ldc, p.out.c_half ? 2 : 4);
+}
+
+int64_t tile_count(int64_t M, int64_t N) { return ((M + kBlockM - 1) / kBlockM) * ((N + kBlockN - 1) / kBlockN); }
+
+bool operands_supported(const GemmProblem& p) {
+  return tensor_map_aligned(p.A, p.lda, 2) && tensor_map_aligned(p.B, p.ldb, 2);
+}
+
+void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, CUtensorMap* map_a, CUtensorMap* map_b,
+                  const char* op) {
+  operand_map(map_a, p.A, p.M, p.K, p.lda, a_trans, kBlockM, op);
+  operand_map(map_b, p.B, p.N, p.K, p.ldb, !b_trans, kBlockN, op);
+}
+
+void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op, Store store) {
+  HG_CHECK(gemm_wgmma::device_supported(op), op << ": the TMA GEMM needs a compute capability 9.0 GPU");
+  HG_CHECK(operands_supported(p), op << ": the TMA GEMM needs 16-byte aligned A and B and lda, ldb multiples of 8; got lda "
+                                     << p.lda << ", ldb " << p.ldb);
+  if (!a_trans && !b_trans) launch_layout<false, false>(p, schedule, store, op);
+  if (!a_trans && b_trans) launch_layout<false, true>(p, schedule, store, op);
+  if (a_trans && !b_trans) launch_layout<true, false>(p, schedule, store, op);
+  if (a_trans && b_trans) launch_layout<true, true>(p, schedule, store, op);
+}
+
+}  // namespace halfgrad::cuda::gemm_tma
