@@ -6,10 +6,12 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <iostream>
 #include <map>
 
 #include "core/cuda/block_allocator.h"
 #include "tests/check_error.h"
+#include "tests/core/allocation_pattern.h"
 
 using namespace halfgrad;
 using namespace halfgrad::cuda;
@@ -363,4 +365,23 @@ TEST_CASE("block allocator: the destructor gives every segment back") {
   }
   CHECK(dev.segments.empty());
   CHECK(dev.live_bytes == 0);
+}
+
+TEST_CASE("block allocator: a U-Net-like pattern with a shape change reserves less than the exact-size policy") {
+  const std::vector<halfgrad::testing::AllocationEvent> ev = halfgrad::testing::unet_like_pattern();
+  FakeDevice dev;
+  BlockAllocator a(dev);
+  std::map<int, void*> live;
+  for (const auto& e : ev) {
+    if (e.allocate) live[e.id] = a.allocate(e.bytes, "t");
+    else a.release(live.at(e.id), e.bytes, "t");
+  }
+  const auto s = a.stats();
+  const auto old = halfgrad::testing::exact_size_peaks(ev);
+  std::cout << "U-Net-like pattern, fake device: peak reserved " << s.peak_reserved_bytes << " B (exact-size policy "
+            << old.reserved << " B), peak allocated " << s.peak_allocated_bytes << " B (" << old.allocated << " B)\n";
+  CHECK(s.allocated_bytes == 0);
+  CHECK(s.peak_reserved_bytes < old.reserved);
+  CHECK(s.peak_allocated_bytes <= old.allocated);
+  CHECK(s.inactive_split_bytes == 0);  // everything released: every segment is one free block again
 }
