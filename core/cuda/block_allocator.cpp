@@ -119,6 +119,9 @@ bool BlockAllocator::should_split(const Block& b, size_t rounded) const {
 }
 
 void* BlockAllocator::allocate(size_t nbytes, const char* op) {
+  // Beyond 2^62 B the rounding below could wrap around; no device has that much memory anyway.
+  HG_CHECK(nbytes <= (size_t{1} << 62), op << ": out of " << backend_.name() << " memory: a request of " << nbytes
+                                            << " bytes is beyond any device");
   const size_t rounded = round_size(nbytes);
   Pool& pool = pool_for(rounded);
   Block* b = find_free_block(pool, rounded);

@@ -76,7 +76,13 @@ class CudaSegments final : public SegmentBackend {
     if (e != cudaSuccess) throw_cuda_error("cuda::allocate", "cudaMalloc", e);
     return p;
   }
-  void raw_free(void* ptr) override { HG_CUDA_CHECK("cuda allocator", cudaFree(ptr)); }
+  // Only whole free segments are given back (empty_cache, or a miss that needs room), but kernels
+  // queued earlier may still read their blocks: wait for the stream first (cudaFree would wait for
+  // the device anyway; this says so).
+  void raw_free(void* ptr) override {
+    HG_CUDA_CHECK("cuda allocator", cudaStreamSynchronize(stream()));
+    HG_CUDA_CHECK("cuda allocator", cudaFree(ptr));
+  }
   const char* name() const override { return "CUDA"; }
 };
 

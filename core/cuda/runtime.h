@@ -32,7 +32,8 @@
 // other function throws halfgrad::Error("... halfgrad was built without CUDA"). In a CUDA build on a
 // machine without a usable device, is_available() is false and every function that needs the device
 // (sm_count, allocate, the copies, synchronize) throws halfgrad::Error("<op>: CUDA is not available
-// (<driver's reason>)"); allocator_stats / reset_peak_stats / empty_cache do nothing.
+// (<driver's reason>)"); allocator_stats / reset_peak_stats / empty_cache do nothing, and
+// set_memory_limit / memory_limit only keep the number.
 // Errors of CUDA calls throw halfgrad::Error naming the op, the call and CUDA's error string.
 // Threads: the allocator's bookkeeping is locked; all work goes to the one stream, so work queued by
 // two host threads runs in the order it was queued. Copies of 0 bytes do nothing; copy_d2d's ranges
@@ -61,7 +62,8 @@ int compute_capability();
 void* allocate(size_t nbytes, const char* op = "cuda::allocate");
 /// Returns a block from allocate to the cache, where the next request may take it at once (one
 /// stream). `nbytes` must be the nbytes it was allocated with: another value, or a pointer that is
-/// not a live block, throws halfgrad::Error (a caller's bug). Null does nothing.
+/// not a live block, throws halfgrad::Error (a caller's bug; from a destructor, as Storage's, that
+/// ends the process with the message). Null does nothing.
 void release(void* ptr, size_t nbytes);
 
 /// Copies ordered on the stream. Host-to-device and device-to-device return once queued (the host

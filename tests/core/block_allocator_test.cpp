@@ -263,6 +263,7 @@ TEST_CASE("block allocator: a failing backend makes it give back the cache and r
   CHECK(s.cuda_malloc_calls == 2);
   CHECK(s.cuda_free_calls == 1);
   CHECK(s.reserved_bytes == 30 * MiB);
+  check_error([&] { a.allocate(~size_t{0}, "Tensor::empty"); }, {"Tensor::empty", "out of fake memory", "beyond any device"});
   check_error([&] { a.allocate(20 * MiB, "Tensor::empty"); },
               {"Tensor::empty", "out of fake memory allocating 20971520 bytes", "31457280 bytes allocated",
                "31457280 reserved"});

@@ -88,7 +88,7 @@ CUDA_TEST_CASE("cuda allocator: split blocks are distinct aligned ranges that ho
   cuda::release(p, 1000);
 }
 
-CUDA_TEST_CASE("cuda allocator: the poison byte fills a reused split block, across its whole size") {
+CUDA_TEST_CASE("cuda allocator: the poison byte fills blocks split from a reused, dirty segment") {
   RuntimeSettings restore;
   cuda::set_poison(-1);
   // Dirty a small-pool segment, release it, then take a piece of it with the poison on.
