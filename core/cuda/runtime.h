@@ -7,7 +7,8 @@
 // while kernels still read it is only handed to kernels queued after those, on the same stream. It is
 // also the stream a CUDA graph captures later.
 // The one exception is core/cuda/streams.h: a second stream for host-to-device copies into device
-// buffers outside this allocator, ordered against this stream by events (the batch loader's).
+// buffers outside this allocator (cudaMalloc'd by DeviceBuffer, so not in its stats nor under its
+// memory limit), ordered against this stream by events (the batch loader's).
 //
 // Caching allocator: core/cuda/block_allocator.h's policy (PyTorch's CUDACachingAllocator: sizes
 // rounded to 512 B, a small pool of 2 MiB segments for requests <= 1 MiB and a large pool, best fit,
