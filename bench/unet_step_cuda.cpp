@@ -13,8 +13,10 @@
 // Timing: 5 warm-up steps, then the median of 20 steps, each timed from the host around a step
 // followed by cuda::synchronize (the step's loss.item() syncs anyway, as PyTorch's does not - so
 // this includes one sync per step that the PyTorch figure does not pay; it is small against a step).
-// Peak memory: the caching allocator's peak of live bytes (as torch.cuda.max_memory_allocated), reset
-// after the model, the optimizer and the batch exist - where the PyTorch script resets it.
+// Peak memory: the caching allocator's peak of live bytes (as torch.cuda.max_memory_allocated: block
+// sizes, rounded to 512 B as PyTorch's), reset after the model, the optimizer and the batch exist -
+// where the PyTorch script resets it; peak_reserved_MiB is its peak of cudaMalloc'd segments (as
+// torch.cuda.max_memory_reserved), reset at the same point.
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -86,6 +88,7 @@ static nlohmann::json run(const std::string& mode, int64_t B, int64_t S, bool ch
           {"min_ms", ms.front()},
           {"vox_per_s", B * S * S * S / (med / 1e3)},
           {"peak_mem_MiB", st.peak_allocated_bytes / 1048576.0},
+          {"peak_reserved_MiB", st.peak_reserved_bytes / 1048576.0},  // as torch.cuda.max_memory_reserved
           {"cuda_malloc_calls_in_timed_steps", st.cuda_malloc_calls - mallocs_before}};
 }
 

@@ -1,4 +1,5 @@
-// runtime.cpp - the CUDA runtime of runtime.h: one device, one stream, a caching allocator.
+// runtime.cpp - the CUDA runtime of runtime.h: one device, one stream, a caching allocator (the
+// policy of core/cuda/block_allocator.h over cudaMalloc / cudaFree segments).
 // Compiled only in a CUDA build (HALFGRAD_CUDA); core/cuda/runtime_stub.cpp stands in otherwise.
 #include "core/cuda/runtime.h"
 
@@ -8,11 +9,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <sstream>
-#include <vector>
 
+#include "core/cuda/block_allocator.h"
 #include "core/cuda/check.cuh"
 #include "core/error.h"
 
@@ -62,30 +62,51 @@ DeviceState& need_device(const char* op) {
   return s;
 }
 
-// Rounding: 512 B granules below 1 MiB, 2 MiB granules above. Same-size reuse only (no splitting):
-// a training step asks for the same sizes every step, so after the first step every request hits.
-size_t rounded(size_t n) {
-  if (n == 0) n = 1;
-  constexpr size_t kSmall = 512, kLarge = size_t{2} << 20, kSplit = size_t{1} << 20;
-  return n < kSplit ? (n + kSmall - 1) / kSmall * kSmall : (n + kLarge - 1) / kLarge * kLarge;
+// Segments of the caching allocator: cudaMalloc / cudaFree. Out of memory is nullptr (the policy
+// then gives back its cache and retries once); any other CUDA error throws at once.
+class CudaSegments final : public SegmentBackend {
+ public:
+  void* raw_alloc(size_t nbytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, nbytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear it: out of memory is not sticky
+      return nullptr;
+    }
+    if (e != cudaSuccess) throw_cuda_error("cuda::allocate", "cudaMalloc", e);
+    return p;
+  }
+  // Only whole free segments are given back (empty_cache, or a miss that needs room), but kernels
+  // queued earlier may still read their blocks: wait for the stream first (cudaFree would wait for
+  // the device anyway; this says so).
+  void raw_free(void* ptr) override {
+    HG_CUDA_CHECK("cuda allocator", cudaStreamSynchronize(stream()));
+    HG_CUDA_CHECK("cuda allocator", cudaFree(ptr));
+  }
+  const char* name() const override { return "CUDA"; }
+};
+
+// HALFGRAD_CUDA_MEMORY_LIMIT_MB: MiB, a non-negative integer; 0 or unset = no limit.
+size_t memory_limit_from_env() {
+  const char* s = std::getenv("HALFGRAD_CUDA_MEMORY_LIMIT_MB");
+  if (!s || !*s) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s, &end, 10);
+  HG_CHECK(end && *end == '\0' && errno == 0 && v >= 0 && v <= (1LL << 40),
+           "cuda allocator: environment variable HALFGRAD_CUDA_MEMORY_LIMIT_MB='"
+               << s << "' is not a whole number of MiB (0 = no limit)");
+  return static_cast<size_t>(v) << 20;
 }
 
 struct Cache {
   std::mutex mu;
-  std::multimap<size_t, void*> free_blocks;
-  AllocatorStats stats;
+  CudaSegments segments;
+  BlockAllocator blocks{segments, BlockAllocatorOptions{kNoMaxSplitSize, memory_limit_from_env()}};
 };
 Cache& cache() {
-  static Cache* c = new Cache();
+  static Cache* c = new Cache();  // never destroyed: tensors may be freed during static destruction
   return *c;
-}
-
-void free_cached_locked(Cache& c) {
-  for (auto& kv : c.free_blocks) {
-    cudaFree(kv.second);
-    c.stats.reserved_bytes -= kv.first;
-  }
-  c.free_blocks.clear();
 }
 
 // Pinned staging for host-to-device copies, so copy_h2d can return before the DMA finishes and the
@@ -128,34 +149,14 @@ cudaStream_t stream() {
 
 void* allocate(size_t nbytes, const char* op) {
   need_device(op);
-  const size_t size = rounded(nbytes);
   (void)poison();  // reads HALFGRAD_CUDA_POISON once (a bad value throws) before any block is taken
   Cache& c = cache();
   void* p = nullptr;
+  size_t size = 0;
   {
     std::lock_guard<std::mutex> lock(c.mu);
-    auto it = c.free_blocks.find(size);
-    if (it != c.free_blocks.end()) {
-      p = it->second;
-      c.free_blocks.erase(it);
-      ++c.stats.hits;
-    } else {
-      cudaError_t e = cudaMalloc(&p, size);
-      if (e != cudaSuccess) {
-        cudaGetLastError();
-        free_cached_locked(c);  // give back every cached block, then try once more
-        e = cudaMalloc(&p, size);
-      }
-      if (e != cudaSuccess) {
-        cudaGetLastError();
-        HG_FAIL(op << ": out of CUDA memory allocating " << nbytes << " bytes (" << c.stats.allocated_bytes
-                   << " bytes live, " << c.stats.reserved_bytes << " reserved): " << cudaGetErrorString(e));
-      }
-      ++c.stats.cuda_malloc_calls;
-      c.stats.reserved_bytes += size;
-    }
-    c.stats.allocated_bytes += size;
-    if (c.stats.allocated_bytes > c.stats.peak_allocated_bytes) c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
+    p = c.blocks.allocate(nbytes, op);
+    size = c.blocks.block_size(p);
   }
   const int b = poison();
   if (b >= 0) HG_CUDA_CHECK(op, cudaMemsetAsync(p, b, size, stream()));  // ordered before the block's users
@@ -165,10 +166,8 @@ void* allocate(size_t nbytes, const char* op) {
 void release(void* ptr, size_t nbytes) {
   if (!ptr) return;
   Cache& c = cache();
-  const size_t size = rounded(nbytes);
   std::lock_guard<std::mutex> lock(c.mu);
-  c.free_blocks.emplace(size, ptr);
-  c.stats.allocated_bytes -= size;
+  c.blocks.release(ptr, nbytes, "cuda::release");
 }
 
 namespace {
@@ -200,7 +199,7 @@ void set_poison(int byte) {
 AllocatorStats allocator_stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  return c.stats;
+  return c.blocks.stats();
 }
 MemoryInfo memory_info() {
   need_device("cuda::memory_info");
@@ -211,14 +210,24 @@ MemoryInfo memory_info() {
 void reset_peak_stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
+  c.blocks.reset_peak_stats();
 }
 void empty_cache() {
   if (!is_available()) return;
   synchronize("cuda::empty_cache");
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  free_cached_locked(c);
+  c.blocks.empty_cache();
+}
+void set_memory_limit(size_t bytes) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.blocks.set_memory_limit(bytes);
+}
+size_t memory_limit() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.blocks.memory_limit();
 }
 
 void copy_h2d(void* dst, const void* src, size_t nbytes) {

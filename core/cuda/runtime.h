@@ -7,12 +7,20 @@
 // while kernels still read it is only handed to kernels queued after those, on the same stream. It is
 // also the stream a CUDA graph captures later.
 // The one exception is core/cuda/streams.h: a second stream for host-to-device copies into device
-// buffers outside this allocator, ordered against this stream by events (the batch loader's).
+// buffers outside this allocator (cudaMalloc'd by DeviceBuffer, so not in its stats nor under its
+// memory limit), ordered against this stream by events (the batch loader's).
 //
-// Caching allocator: `allocate` rounds the request (512 B below 1 MiB, 2 MiB above) and serves it from
-// blocks freed earlier of the same rounded size; only a miss calls cudaMalloc. On cudaMalloc failure the
-// cache is emptied and the call retried once, then halfgrad::Error names the request and the totals.
-// Stats mirror torch.cuda.memory_allocated / max_memory_allocated / memory_reserved.
+// Caching allocator: core/cuda/block_allocator.h's policy (PyTorch's CUDACachingAllocator: sizes
+// rounded to 512 B, a small pool of 2 MiB segments for requests <= 1 MiB and a large pool, best fit,
+// blocks split and free neighbours merged) over cudaMalloc / cudaFree segments. Only a miss calls
+// cudaMalloc; on cudaMalloc failure every cached free segment is cudaFree'd and the call retried
+// once, then halfgrad::Error("<op>: out of CUDA memory ...") names the request and the totals.
+// Memory limit: env HALFGRAD_CUDA_MEMORY_LIMIT_MB=<MiB> read at the first allocation (a positive
+// integer; 0 or unset = none), or set_memory_limit at run time. Reserved memory (all segments) never
+// passes it: a request that needs a new segment beyond it gives back the cached free segments first,
+// then throws halfgrad::Error("<op>: out of CUDA memory: ... memory limit ..."). Like PyTorch's
+// set_per_process_memory_fraction, it bounds reserved memory, so a run that fits in it fits on a
+// device of that size. Stats mirror torch.cuda.memory_stats (allocated, reserved, their peaks, ...).
 //
 // Poison (a debugging instrument, the twin of the CPU allocator's in core/allocator.h): with a byte set
 // (env HALFGRAD_CUDA_POISON=<byte> at start, 0..255, decimal or 0x.. hex; or set_poison at run time),
@@ -25,7 +33,8 @@
 // other function throws halfgrad::Error("... halfgrad was built without CUDA"). In a CUDA build on a
 // machine without a usable device, is_available() is false and every function that needs the device
 // (sm_count, allocate, the copies, synchronize) throws halfgrad::Error("<op>: CUDA is not available
-// (<driver's reason>)"); allocator_stats / reset_peak_stats / empty_cache do nothing.
+// (<driver's reason>)"); allocator_stats / reset_peak_stats / empty_cache do nothing, and
+// set_memory_limit / memory_limit only keep the number.
 // Errors of CUDA calls throw halfgrad::Error naming the op, the call and CUDA's error string.
 // Threads: the allocator's bookkeeping is locked; all work goes to the one stream, so work queued by
 // two host threads runs in the order it was queued. Copies of 0 bytes do nothing; copy_d2d's ranges
@@ -34,6 +43,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "core/cuda/allocator_stats.h"
 
 namespace halfgrad::cuda {
 
@@ -47,10 +58,13 @@ std::string device_description();
 int sm_count();
 int compute_capability();
 
-/// Device memory of at least `nbytes` (256-byte aligned), from the cache or cudaMalloc. `op` names the
+/// Device memory of at least `nbytes` (512-byte aligned), from the cache or cudaMalloc. `op` names the
 /// caller in the out-of-memory error. Never null (nbytes 0 gives a valid 512-byte block).
 void* allocate(size_t nbytes, const char* op = "cuda::allocate");
-/// Returns a block from allocate (same nbytes; anything else is undefined behaviour) to the cache.
+/// Returns a block from allocate to the cache, where the next request may take it at once (one
+/// stream). `nbytes` must be the nbytes it was allocated with: another value, or a pointer that is
+/// not a live block, throws halfgrad::Error (a caller's bug; from a destructor, as Storage's, that
+/// ends the process with the message). Null does nothing.
 void release(void* ptr, size_t nbytes);
 
 /// Copies ordered on the stream. Host-to-device and device-to-device return once queued (the host
@@ -64,13 +78,9 @@ void memset_async(void* dst, int byte, size_t nbytes);
 /// Waits for all work queued on the stream; an asynchronous kernel fault surfaces here, named with `what`.
 void synchronize(const char* what = "cuda::synchronize");
 
-struct AllocatorStats {
-  size_t allocated_bytes = 0;       // handed out, live (rounded sizes)
-  size_t peak_allocated_bytes = 0;  // since the last reset_peak_stats
-  size_t reserved_bytes = 0;        // from cudaMalloc, live + cached
-  size_t cuda_malloc_calls = 0;     // misses since start: flat once training is in steady state
-  size_t hits = 0;
-};
+/// The allocator's statistics (fields in core/cuda/allocator_stats.h). cuda_malloc_calls is flat once
+/// training is in steady state.
+using AllocatorStats = BlockAllocatorStats;
 AllocatorStats allocator_stats();
 
 struct MemoryInfo {
@@ -81,9 +91,16 @@ struct MemoryInfo {
 /// allocator_stats().reserved_bytes - allocated_bytes for what halfgrad can still hand out).
 /// Throws halfgrad::Error when CUDA is not available.
 MemoryInfo memory_info();
+/// Peak allocated and peak reserved restart from the current values.
 void reset_peak_stats();
-/// cudaFree every cached block.
+/// Waits for the stream, then cudaFree's every segment with no live block (as torch.cuda.empty_cache).
 void empty_cache();
+/// Bytes reserved memory may reach (0 = none; see the header comment). Overrides
+/// HALFGRAD_CUDA_MEMORY_LIMIT_MB. Throws halfgrad::Error in a build without CUDA.
+void set_memory_limit(size_t bytes);
+/// The limit in bytes, 0 when none (always 0 in a build without CUDA). Throws halfgrad::Error when
+/// HALFGRAD_CUDA_MEMORY_LIMIT_MB does not parse, naming the variable and its value.
+size_t memory_limit();
 /// The poison byte (0..255), or -1 when off (the default without HALFGRAD_CUDA_POISON; always -1 in
 /// a build without CUDA).
 int poison();

@@ -159,6 +159,16 @@ MemoryAvailable available_memory(const std::string& device) {
     const halfgrad::cuda::AllocatorStats st = halfgrad::cuda::allocator_stats();
     a.bytes = info.free_bytes + (st.reserved_bytes - st.allocated_bytes);
     a.source = "cudaMemGetInfo's free bytes and halfgrad's cached blocks, of " + human_bytes(info.total_bytes);
+    // Under a memory limit (HALFGRAD_CUDA_MEMORY_LIMIT_MB), reserved memory never passes it, so live
+    // bytes never pass it either: what is left is at most the limit less what is live.
+    const uint64_t limit = halfgrad::cuda::memory_limit();
+    if (limit != 0) {
+      const uint64_t left = limit > st.allocated_bytes ? limit - st.allocated_bytes : 0;
+      if (left < a.bytes) {
+        a.bytes = left;
+        a.source = "the CUDA allocator's memory limit of " + human_bytes(limit) + " less the live tensors";
+      }
+    }
     return a;
   }
   HG_CHECK(device == "cpu", "available_memory: device must be cpu or cuda, got '" << device << "'");

@@ -19,7 +19,8 @@
 // tests/examples/05_unet3d/memory_estimate_test.cpp checks that on several shapes and levels.
 // The memory the run can have: on the CPU /proc/meminfo's MemAvailable (sysconf(_SC_AVPHYS_PAGES)
 // where that file is missing), capped by the cgroup v2 limit (memory.max - memory.current) when the
-// process runs under one; on CUDA cudaMemGetInfo's free bytes plus what halfgrad's cache holds free.
+// process runs under one; on CUDA cudaMemGetInfo's free bytes plus what halfgrad's cache holds free,
+// capped by the allocator's memory limit less the live bytes when one is set (cuda::memory_limit).
 #pragma once
 #include <array>
 #include <cstdint>
