@@ -7,7 +7,7 @@
 #
 # Runs from the folder tools/gpu/pack.sh fills (.carry/): build/ (shared-library build), lib/,
 # data/hippocampus, reference/ (../shared/reference scripts + compare_gpu.py + torch_hippo_amp.py).
-#   bash bench/run_gpu_bench.sh [tests] [sanitize] [gemm] [conv] [step] [step-quick] [profile] [models] [hippo] [serve] [all]
+#   bash bench/run_gpu_bench.sh [tests] [sanitize] [gemm] [conv] [step] [step-quick] [profile] [models] [equal] [hippo] [serve] [all]
 # SEEDS="0 1" runs the hippocampus training (both frameworks) once per seed.
 set -uo pipefail
 cd "$(dirname "$0")/../.carry"
@@ -73,6 +73,13 @@ if want models; then
   done
   t build/examples/13_bf16 --device cuda 2>&1 | tee "$OUT/bf16_cuda.log"
   t build/examples/13_bf16 --device cpu 2>&1 | tee "$OUT/bf16_cpu.log" | tail -9
+fi
+if want equal; then
+  # Issue 11, item 6: FP32 and AMP under one GPU memory budget (the allocator's limit), each at the
+  # largest batch that fits: images/s, epoch time and Dice side by side (examples/14_equal_memory.cpp).
+  echo "== equal memory budget: FP32 vs AMP"
+  t build/examples/14_equal_memory --data "$HIPPO" --budget-mib ${EQUAL_MIB:-2048} --epochs ${EQUAL_EPOCHS:-20} \
+      --out "$OUT/equal_memory" 2>&1 | tee "$OUT/equal_memory.log" | grep -v "^epoch" | tail -14
 fi
 if want hippo; then
   echo "== hippocampus, AMP, reference recipe: PyTorch then halfgrad"

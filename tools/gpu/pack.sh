@@ -21,7 +21,7 @@ mkdir -p $C/build/tests $C/build/examples $C/build/bench/gemm
 cp -a $B/lib*.so $C/build/
 cp $B/tests/halfgrad_tests $C/build/tests/
 cp $B/examples/halfgrad-unet3d $C/build/examples/
-for e in 12_lobe_classifier 13_bf16; do [ -f $B/examples/$e ] && cp $B/examples/$e $C/build/examples/; done
+for e in 12_lobe_classifier 13_bf16 14_equal_memory; do [ -f $B/examples/$e ] && cp $B/examples/$e $C/build/examples/; done
 for f in unet_step_cuda conv3d_cuda_bench norm_cuda_bench pool_cuda_bench checkpoint_write_bench; do [ -f $B/bench/$f ] && cp $B/bench/$f $C/build/bench/; done
 [ -f $B/bench/gemm/gemm_bench ] && cp $B/bench/gemm/gemm_bench $C/build/bench/gemm/
 strip --strip-unneeded $C/build/*.so $C/build/tests/* $C/build/examples/* $C/build/bench/* $C/build/bench/gemm/* 2>/dev/null || true
