@@ -39,6 +39,7 @@
 #include "nn/unet3d.h"
 #include "ops/ops.h"
 #include "optim/adamw.h"
+#include "05_unet3d/distributed.h"
 #include "05_unet3d/recipe.h"
 #include "05_unet3d/train.h"
 
@@ -237,7 +238,7 @@ int main(int argc, char** argv) {
       a.memory_check = false;  // the search above is the check, under the budget itself
       a.given = {"--data", "--out", "--overwrite", "--config", "--device", "--epochs", "--batch", "--seed", "--val-every"};
       if (a.amp) a.given.push_back("--amp");
-      if (unet3d_app::run_train(a) != 0) {
+      if (unet3d_app::run_train(a, unet3d_app::RankContext{}) != 0) {
         std::fprintf(stderr, "14_equal_memory: training %s failed (see above)\n", modes[m].name);
         return 2;
       }
