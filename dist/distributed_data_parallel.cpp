@@ -32,6 +32,25 @@ char* byte_ptr(const Tensor& t, int64_t element_offset) {
   return static_cast<char*>(t.raw_data()) + element_offset * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
+/// Broadcasts `t` from rank 0 in place. A tensor the module keeps on the host while its parameters
+/// are on a GPU (BatchNorm's num_batches_tracked counter) travels through a copy on `device`: NCCL
+/// reduces device memory only.
+void broadcast_on(Communicator& comm, Tensor& t, Device device) {
+  if (t.device() == device) {
+    comm.broadcast(t, 0);
+    return;
+  }
+  Tensor staged = t.copy_to(device);
+  comm.broadcast(staged, 0);
+  t.copy_from(staged.copy_to(t.device()));
+}
+
+/// The device of the module's first parameter (the CPU for a module without any).
+Device parameter_device(nn::Module& m) {
+  const std::vector<Tensor> ps = m.parameters();
+  return ps.empty() ? Device::CPU : ps.front().device();
+}
+
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<Communicator> comm,
@@ -44,7 +63,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   {
     NoGradGuard no_grad;
     for (Tensor& p : module_->parameters()) comm_->broadcast(p, 0);
-    for (Tensor& b : module_->buffers()) comm_->broadcast(b, 0);
+    const Device device = parameter_device(*module_);
+    for (Tensor& b : module_->buffers()) broadcast_on(*comm_, b, device);
   }
   build_buckets();
   hook_ids_.reserve(slots_.size());
@@ -114,7 +134,8 @@ void DistributedDataParallel::prepare_pass() {
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   if (module_->is_training() && options_.broadcast_buffers() && comm_->world_size() > 1) {
     NoGradGuard no_grad;
-    for (Tensor& b : module_->buffers()) comm_->broadcast(b, 0);
+    const Device device = parameter_device(*module_);
+    for (Tensor& b : module_->buffers()) broadcast_on(*comm_, b, device);
   }
   sync_pass_ = require_sync_;
   prepare_pass();

@@ -7,7 +7,9 @@
 // the replicas identical. What DistributedDataParallel does:
 //
 //  * Construction: broadcasts every parameter and buffer from rank 0 (in place), so the replicas
-//    start identical whatever each rank's initialisation was. Then groups the parameters that
+//    start identical whatever each rank's initialisation was (a buffer kept on the host while the
+//    parameters are on a GPU, BatchNorm's num_batches_tracked, goes through a device copy: NCCL
+//    reduces device memory only). Then groups the parameters that
 //    require grad into buckets: in REVERSE registration order (the order backward produces their
 //    gradients), a new bucket when the current one reaches bucket_cap_mb (of the bucket's dtype) or
 //    when the dtype or device changes (one open bucket per (dtype, device), as the Reducer). Each
