@@ -25,7 +25,9 @@
 namespace halfgrad::dist {
 
 /// How all_reduce combines the ranks' values. kSum adds them (in rank order 0..n-1 in-process, so the
-/// result's bits are the same every run); kMax takes the largest (NaN wins, so a NaN flag survives).
+/// result's bits are the same every run); kMax takes the largest. In-process a NaN wins; NCCL does not
+/// promise that, so flags that must survive a reduction are passed as 0/1 (GradScaler's found-inf
+/// flag is 0 or 1 before it is reduced).
 enum class ReduceOp { kSum, kMax };
 
 const char* reduce_op_name(ReduceOp op);

@@ -149,10 +149,10 @@ void DistributedDataParallel::copy_into_bucket(Slot& s, const Tensor& grad) {
   amp::AutocastGuard no_autocast(false);
   Tensor g = grad.memory_format() == MemoryFormat::Contiguous ? grad : grad.format_copy(MemoryFormat::Contiguous);
   if (comm_->world_size() > 1) {
-    // Formed in FP32 (or FP64) and rounded once into the bucket's dtype, as PyTorch's mul_out.
-    const Dtype scalar_dtype = g.dtype() == kFloat64 ? kFloat64 : kFloat32;
-    const Tensor inv = Tensor::scalar(1.0 / comm_->world_size(), scalar_dtype).copy_to(g.device());
-    g = ops::mul(g, inv);
+    // Formed in FP32 (FP64 for double gradients) and rounded once to the gradient's dtype, as
+    // PyTorch's mul_out. affine takes the factor as a kernel argument: a scalar tensor copied to the
+    // device here would make the host wait for the GPU in every hook (copy_h2d's staging buffer).
+    g = ops::affine(g, 1.0 / comm_->world_size(), 0.0);
   }
   if (g.dtype() != b.flat.dtype()) g = g.cast_copy(b.flat.dtype());
   copy_bytes(byte_ptr(b.flat, s.offset), g.raw_data(), g.nbytes(), b.flat.device());
@@ -203,8 +203,14 @@ void DistributedDataParallel::finalize() {
                    << missing << " of " << slots_.size() << " parameters got none): every parameter must "
                    "take part in the loss on every rank, or set DdpOptions().find_unused_parameters(true) "
                    "to reduce zeros for them");
-      Tensor zeros = Tensor::zeros({s.param.numel()}, buckets_[b].flat.dtype(), buckets_[b].flat.device());
-      copy_bytes(byte_ptr(buckets_[b].flat, s.offset), zeros.raw_data(), zeros.nbytes(), zeros.device());
+      // A gradient accumulated by earlier no_sync() passes is reduced as it stands (PyTorch copies the
+      // existing .grad too); with none, zeros.
+      if (s.param.grad().defined()) {
+        copy_into_bucket(s, s.param.grad());
+      } else {
+        Tensor zeros = Tensor::zeros({s.param.numel()}, buckets_[b].flat.dtype(), buckets_[b].flat.device());
+        copy_bytes(byte_ptr(buckets_[b].flat, s.offset), zeros.raw_data(), zeros.nbytes(), zeros.device());
+      }
       s.ready = true;
       --buckets_[b].pending;
     }
@@ -240,14 +246,17 @@ void DistributedDataParallel::check_replicas(const char* what) {
   const int64_t n = static_cast<int64_t>(named.size());
   std::vector<int64_t> local(named.size());
   for (size_t i = 0; i < named.size(); ++i) local[i] = bits_hash(named[i].second);
+  // The hashes travel as int64 tensors on the parameters' device (NCCL reduces device memory only).
+  const Device device = parameter_device(*module_);
   Tensor root = Tensor::from_labels(local, {n});
-  comm_->broadcast(root, 0);
+  broadcast_on(*comm_, root, device);
   const int64_t* r = root.data<int64_t>();
   // Per parameter: 1 where this rank differs from rank 0; max-reduced, so every rank sees every difference.
   std::vector<int64_t> differs(named.size());
   for (size_t i = 0; i < named.size(); ++i) differs[i] = local[i] != r[i] ? 1 : 0;
-  Tensor flags = Tensor::from_labels(differs, {n});
+  Tensor flags = Tensor::from_labels(differs, {n}).copy_to(device);
   comm_->all_reduce(flags, ReduceOp::kMax);
+  flags = flags.copy_to(Device::CPU);
   const int64_t* f = flags.data<int64_t>();
   int64_t first = -1, count = 0;
   for (int64_t i = 0; i < n; ++i) {

@@ -27,8 +27,10 @@
 //    hand before optimizer.step(); zero_grad between iterations as usual.
 //  * Unused parameters: a parameter whose gradient did not arrive in a synced pass makes finalize()
 //    throw halfgrad::Error naming it (PyTorch's find_unused_parameters=False is an error too, with a
-//    vaguer message). With DdpOptions().find_unused_parameters(true) its slice is zero-filled instead
-//    and the bucket is reduced; afterwards its .grad holds the average (created if undefined). The
+//    vaguer message). With DdpOptions().find_unused_parameters(true) its slice holds its current
+//    .grad (a sum accumulated under no_sync(), as PyTorch copies it) or zeros when it has none, and
+//    the bucket is reduced; afterwards its .grad holds the average (created if undefined: where
+//    PyTorch leaves a parameter unused on every rank without a .grad, halfgrad gives it zeros). The
 //    set of such parameters must be the same on every rank (PyTorch all-reduces a bitmap of them;
 //    halfgrad does not), or the ranks launch different buckets (an Error from the communicator, or
 //    an NCCL hang).

@@ -29,7 +29,13 @@ bool BlockAllocator::BySizeThenAddress::operator()(const Block* a, const Block* 
 }
 
 BlockAllocator::BlockAllocator(SegmentBackend& backend, BlockAllocatorOptions options)
-    : backend_(backend), options_(options) {}
+    : backend_(backend), options_(options) {
+  // PyTorch's rule for max_split_size_mb: at most a 20 MiB segment's size would keep a fresh
+  // segment's rest from ever being split for a small request (every request a new segment).
+  HG_CHECK(options_.max_split_size > kLargeBuffer,
+           "BlockAllocator: max_split_size " << options_.max_split_size << " bytes; expected more than "
+                                             << kLargeBuffer << " (20 MiB, as PyTorch's max_split_size_mb)");
+}
 
 BlockAllocator::~BlockAllocator() {
   // Collect every block once (free ones are in the pools, live ones in live_), give back each
@@ -202,8 +208,10 @@ size_t BlockAllocator::release_free_segments() {
         ++it;
         continue;
       }
-      it = pool->erase(it);
+      // Given back first: when raw_free throws (cudaFree reports an earlier kernel fault), the block
+      // is still in its pool and the statistics still count it, so the state stays consistent.
       backend_.raw_free(reinterpret_cast<void*>(b->addr));
+      it = pool->erase(it);
       ++stats_.cuda_free_calls;
       --stats_.segments;
       stats_.reserved_bytes -= b->size;

@@ -137,6 +137,9 @@ int launch_ranks(int gpus, const std::vector<std::string>& args, const std::stri
     const std::string kv = *e;
     if (!ours.count(kv.substr(0, kv.find('=')))) base_env.push_back(kv);
   }
+  // waitpid below needs the children's exit statuses: with SIGCHLD inherited as ignored the kernel
+  // would reap them itself and waitpid would fail with ECHILD forever.
+  ::signal(SIGCHLD, SIG_DFL);
   std::map<pid_t, int> rank_of;
   for (int r = 0; r < gpus; ++r) {
     std::vector<std::string> env = base_env;

@@ -186,11 +186,15 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
   // The run folder is touched only once the data has loaded and the memory is known to suffice, and
   // an earlier run in it is removed only after the model, optimizer and instruments are set up (below),
   // so a run that fails on bad input leaves the folder's files as they were.
-  std::error_code ec;
-  if (ctx.is_root()) std::filesystem::create_directories(a.out, ec);
-  HG_CHECK(!ec && std::filesystem::is_directory(a.out),
-           "halfgrad-unet3d train: --out " << a.out << ": cannot create the run folder (" << ec.message()
-                                           << "); expected a writable directory path");
+  // Only rank 0 writes into it, so only rank 0 makes and checks it: another rank (another host, or
+  // one that got here first) may not see it yet, and nothing orders the two.
+  if (ctx.is_root()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.out, ec);
+    HG_CHECK(!ec && std::filesystem::is_directory(a.out),
+             "halfgrad-unet3d train: --out " << a.out << ": cannot create the run folder (" << ec.message()
+                                             << "); expected a writable directory path");
+  }
 
   optim::AdamWOptions adamw = optim::AdamWOptions().lr(r.lr).weight_decay(r.weight_decay);
   amp::GradScalerOptions scaler_options;

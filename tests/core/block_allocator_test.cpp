@@ -278,6 +278,14 @@ TEST_CASE("block allocator: a failing backend makes it give back the cache and r
   a.release(q, 30 * MiB, "t");
 }
 
+TEST_CASE("block allocator: max_split_size at or below 20 MiB is refused (PyTorch's bound)") {
+  FakeDevice dev;
+  CHECK_THROWS_WITH_AS(BlockAllocator(dev, BlockAllocatorOptions{2 * MiB, 0}), doctest::Contains("max_split_size"),
+                       halfgrad::Error);
+  CHECK_THROWS_AS(BlockAllocator(dev, BlockAllocatorOptions{20 * MiB, 0}), halfgrad::Error);
+  CHECK_NOTHROW(BlockAllocator(dev, BlockAllocatorOptions{20 * MiB + 512, 0}));
+}
+
 TEST_CASE("block allocator: max_split_size keeps big blocks whole for big requests") {
   FakeDevice dev;
   BlockAllocator a(dev, BlockAllocatorOptions{32 * MiB, 0});
