@@ -329,6 +329,23 @@ TEST_CASE("ddp: a parameter without a gradient is an error naming it, or zeros w
   });
 }
 
+TEST_CASE("ddp find_unused_parameters: an unused parameter's accumulated gradient is reduced, not zeroed") {
+  // As after no_sync() passes that used it: the parameter holds a local sum; the synced pass that does
+  // not use it must average that sum over the ranks (PyTorch copies the existing .grad), not write 0.
+  run_ranks(2, [&](Communicator& c) {
+    auto comm = std::shared_ptr<Communicator>(&c, [](Communicator*) {});
+    auto net = std::make_shared<Params>(
+        std::vector<std::pair<std::string, Tensor>>{{"used", Tensor::ones({3})}, {"unused", Tensor::ones({2})}}, true);
+    DistributedDataParallel ddp(net, comm, DdpOptions().find_unused_parameters(true));
+    for (auto& [name, p] : ddp.module().named_parameters())
+      if (name == "unused") p.set_grad(Tensor::full({2}, 2.0 * (c.rank() + 1)));
+    ddp(Tensor::ones({3})).backward();
+    const auto g = grads_of(ddp.module());
+    CHECK(g.at("used") == std::vector<float>(3, 1.0f));
+    CHECK(g.at("unused") == std::vector<float>(2, 3.0f));  // (2 + 4) / 2
+  });
+}
+
 TEST_CASE("ddp check_replicas: identical after construction; a perturbed weight is named on every rank") {
   for (int n : {2, 4}) {
     std::mutex mu;
