@@ -148,13 +148,12 @@ void DistributedDataParallel::copy_into_bucket(Slot& s, const Tensor& grad) {
   NoGradGuard no_grad;
   amp::AutocastGuard no_autocast(false);
   Tensor g = grad.memory_format() == MemoryFormat::Contiguous ? grad : grad.format_copy(MemoryFormat::Contiguous);
-  if (comm_->world_size() > 1) {
-    // Formed in FP32 (FP64 for double gradients) and rounded once to the gradient's dtype, as
-    // PyTorch's mul_out. affine takes the factor as a kernel argument: a scalar tensor copied to the
-    // device here would make the host wait for the GPU in every hook (copy_h2d's staging buffer).
-    g = ops::affine(g, 1.0 / comm_->world_size(), 0.0);
-  }
+  // In the bucket's dtype first (FP16 to FP32 is exact, for gradient_as_fp32), then divided: the
+  // product is formed in FP32 (FP64 for double) and rounded once to the bucket's dtype, as PyTorch's
+  // mul_out. affine takes the factor as a kernel argument: a scalar tensor copied to the device here
+  // would make the host wait for the GPU in every hook (copy_h2d's staging buffer).
   if (g.dtype() != b.flat.dtype()) g = g.cast_copy(b.flat.dtype());
+  if (comm_->world_size() > 1) g = ops::affine(g, 1.0 / comm_->world_size(), 0.0);
   copy_bytes(byte_ptr(b.flat, s.offset), g.raw_data(), g.nbytes(), b.flat.device());
 }
 
