@@ -175,7 +175,7 @@ const char* gemm_cluster_multicast(const DenseGemm& g) {
   p.B = g.B;
   p.ldb = g.N;
   CUtensorMap map_a, map_b;
-  gt::operand_maps(p, false, false, &map_a, &map_b, op);
+  gt::operand_maps(p, false, false, gt::kBlockN, &map_a, &map_b, op);
   static const int max_clusters = [&] {
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(cluster_multicast_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            gt::kSmemBytes));

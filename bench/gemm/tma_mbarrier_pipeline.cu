@@ -143,7 +143,7 @@ const char* gemm_tma_mbarrier_pipeline(const DenseGemm& g) {
   p.B = g.B;
   p.ldb = g.N;
   CUtensorMap map_a, map_b;
-  gt::operand_maps(p, false, false, &map_a, &map_b, "tma_mbarrier_pipeline");
+  gt::operand_maps(p, false, false, gt::kBlockN, &map_a, &map_b, "tma_mbarrier_pipeline");
   static const bool configured = [] {
     HG_CUDA_CHECK("tma_mbarrier_pipeline",
                   cudaFuncSetAttribute(tma_pipeline_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));

@@ -11,8 +11,10 @@ enum class GemmPath {
   kAuto,           // gemm_f16's own choice
   kMmaSync,        // mma.sync block tiles (gemm_mma_tiles.cuh; 256x128 or 64x128 by size), any GPU
   kWgmma,          // wgmma + cp.async, 128x256 (gemm_wgmma.cuh), sm_90, FP16
-  kTmaPersistent,  // warp-specialised TMA + wgmma, persistent (gemm_tma.cuh), sm_90, FP16
+  kTmaPersistent,  // warp-specialised TMA + wgmma, persistent, 128x256 tiles (gemm_tma.cuh), sm_90, FP16
   kTmaStore,       // kTmaPersistent with the TMA-store epilogue (where beta == 0 and C is aligned)
+  kTmaStore128,    // kTmaStore on 128x128 tiles (TmaTile<128>)
+  kTmaStore64,     // kTmaStore on 128x64 tiles (TmaTile<64>)
 };
 
 /// gemm_f16(args) on the given family. Checks the arguments exactly as gemm_f16 does (throws

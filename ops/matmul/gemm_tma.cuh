@@ -58,44 +58,71 @@ namespace halfgrad::cuda::gemm_tma {
 using gemm_tiles::GemmProblem;
 
 constexpr int kBlockM = gemm_wgmma::kBlockM;  // 128
-constexpr int kBlockN = gemm_wgmma::kBlockN;  // 256
 constexpr int kBlockK = gemm_wgmma::kBlockK;  // 64 halfs = one 128-byte swizzle row
 constexpr int kInstrK = gemm_wgmma::kInstrK;  // 16
 constexpr int kWarpgroupM = 64;               // rows per consumer (the wgmma M)
 constexpr int kConsumers = kBlockM / kWarpgroupM;
 constexpr int kThreads = 128 * (1 + kConsumers);
-constexpr int kStages = 4;
 constexpr int kGroupM = 8;
 constexpr int kProducerRegs = 40;   // the producer needs a loop counter and a few addresses
 constexpr int kConsumerRegs = 232;  // 128 accumulators + descriptors, addresses, epilogue
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file of one SM");
 constexpr int kATileBytes = kBlockM * kBlockK * 2;
-constexpr int kBTileBytes = kBlockN * kBlockK * 2;
-constexpr int kStageBytes = kATileBytes + kBTileBytes;
-constexpr int kBarrierBytes = 2 * kStages * 8;
-// TMA-store epilogue (rung 11): each consumer stages its 64 x 256 results in boxes of 64 rows x 128
+// TMA-store epilogue (rung 11): each consumer stages its 64-row results in boxes of 64 rows x 128
 // bytes (32 FP32 or 64 FP16 columns), 128-byte swizzled like the operand tiles, two box buffers per
 // consumer so that one box is written while the TMA store of the previous one reads.
 constexpr int kStoreBoxRows = kWarpgroupM;
 constexpr int kStoreBoxBytes = kStoreBoxRows * 128;  // 8 KiB
 constexpr int kStoreBuffers = 2;
 constexpr int kStoreBytes = kConsumers * kStoreBuffers * kStoreBoxBytes;
-// + 1 KiB so that the kernel can round the dynamic shared-memory base up to 1024 bytes (SWIZZLE_128B).
-constexpr int kSmemBytes = kStages * kStageBytes + kStoreBytes + kBarrierBytes + 1024;
-static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory on sm_90");
+// The pipeline ring's share of shared memory: as many slots as fit in 192 KiB.
+constexpr int kPipelineBytes = 192 * 1024;
+
+/// The tile width kBN (256, 128 or 64 columns of C; the rows are always kBlockM = 128) and what
+/// follows from it (rung 12). Each consumer runs wgmma.m64n<kBN>k16 into kBN / 2 FP32 accumulators per
+/// thread; a pipeline slot holds A's 128 x 64 and B's kBN x 64 slice, and the 192 KiB ring holds 4, 6
+/// or 8 of them. 128 x 256 is the fastest per tile (the most MMA work per byte of shared memory read
+/// and per barrier); the narrower tiles exist for problems with too few 128 x 256 tiles to occupy
+/// the SMs (1000^3 has 32 for 132 SMs; with 128 x 64 it has 128), chosen by gemm_cuda.cu's
+/// tile_width.
+template <int kBN>
+struct TmaTile {
+  static_assert(kBN == 256 || kBN == 128 || kBN == 64, "TmaTile: 256, 128 or 64 columns (a wgmma N)");
+  static constexpr int kBlockN = kBN;
+  static constexpr int kAccumulators = kBN / 2;
+  static constexpr int kBTileBytes = kBN * kBlockK * 2;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kStages = kPipelineBytes / kStageBytes;  // 4, 6, 8
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  // + 1 KiB so that the kernel can round the dynamic shared-memory base up to 1024 bytes (SWIZZLE_128B).
+  static constexpr int kSmemBytes = kStages * kStageBytes + kStoreBytes + kBarrierBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory on sm_90");
+  static_assert(kBTileBytes % 1024 == 0, "slot bases stay 1024-byte aligned");
+};
+
+// The 128 x 256 tile's figures by their old names (rungs 7-10 of bench/gemm/ build on them).
+using WideTile = TmaTile<256>;
+constexpr int kBlockN = WideTile::kBlockN;  // 256
+constexpr int kStages = WideTile::kStages;  // 4
+constexpr int kBTileBytes = WideTile::kBTileBytes;
+constexpr int kStageBytes = WideTile::kStageBytes;
+constexpr int kBarrierBytes = WideTile::kBarrierBytes;
+constexpr int kSmemBytes = WideTile::kSmemBytes;
 
 __host__ __device__ constexpr int tiles_m(int M) { return (M + kBlockM - 1) / kBlockM; }
-__host__ __device__ constexpr int tiles_n(int N) { return (N + kBlockN - 1) / kBlockN; }
+template <int kBN = kBlockN>
+__host__ __device__ constexpr int tiles_n(int N) { return (N + kBN - 1) / kBN; }
 
 /// Tile t of the grouped order: kGroupM tile-rows are swept column by column before moving on, so
 /// consecutive t share B column-panels and, within a group, A row-panels.
+template <int kBN = kBlockN>
 __host__ __device__ inline void tile_origin(int t, int M, int N, int* tile_m, int* tile_n) {
-  const int tm = tiles_m(M), tn = tiles_n(N);
+  const int tm = tiles_m(M), tn = tiles_n<kBN>(N);
   const int group_size = kGroupM * tn;
   const int first_m = (t / group_size) * kGroupM;
   const int group_rows = tm - first_m < kGroupM ? tm - first_m : kGroupM;
   *tile_m = (first_m + (t % group_size) % group_rows) * kBlockM;
-  *tile_n = ((t % group_size) / group_rows) * kBlockN;
+  *tile_n = ((t % group_size) / group_rows) * kBN;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -117,8 +144,8 @@ __device__ __forceinline__ void tma_load_operand(uint32_t tile, const CUtensorMa
 }
 
 /// The epilogue of one consumer through shared memory and TMA stores (rung 11): alpha applied, the
-/// 64 x 256 FP32 accumulators written as kBoxes boxes of 64 rows x 128 bytes (FP32: 8 boxes of 32
-/// columns; FP16: 4 boxes of 64) into the consumer's two box buffers, each stored by its first thread
+/// 64 x kBN FP32 accumulators written as kBoxes boxes of 64 rows x 128 bytes (kBN = 256, FP32: 8 boxes
+/// of 32 columns; FP16: 4 boxes of 64) into the consumer's two box buffers, each stored by its first thread
 /// with cp.async.bulk.tensor once all 128 threads have written it (named barrier 1 + consumer) and
 /// fenced their writes into the async proxy. TMA skips the parts of a box outside C. `box_count`
 /// counts this consumer's boxes over the CTA's tiles: box i uses buffer i % 2, which its first thread
@@ -127,14 +154,14 @@ __device__ __forceinline__ void tma_load_operand(uint32_t tile, const CUtensorMa
 /// Bank arithmetic: a warp's float2 (FP32) or half2 (FP16) writes cover 8 rows x 32 (16) bytes; the
 /// 128-byte swizzle puts the 8 rows' 16-byte chunks on 8 different chunk positions, so the writes
 /// take the minimum of 2 (1) wavefronts.
-template <bool kHalf>
-__device__ __forceinline__ void store_tile_tma(const float (&d)[128], float alpha, const CUtensorMap* map_c,
+template <bool kHalf, int kBN>
+__device__ __forceinline__ void store_tile_tma(const float (&d)[kBN / 2], float alpha, const CUtensorMap* map_c,
                                                uint32_t buffers, int consumer, int tile_m, int tile_n,
                                                int& box_count) {
   namespace tc = tensor_core;
   constexpr int kElementBytes = kHalf ? 2 : 4;
   constexpr int kBoxCols = 128 / kElementBytes;
-  constexpr int kBoxes = kBlockN / kBoxCols;
+  constexpr int kBoxes = kBN / kBoxCols;
   constexpr int kFragmentsPerBox = kBoxCols / 8;  // 8-column groups j of the wgmma fragment
   const int t = static_cast<int>(threadIdx.x) % 128;
   const int warp = t / 32, lane = t % 32;
@@ -170,18 +197,21 @@ __device__ __forceinline__ void store_tile_tma(const float (&d)[128], float alph
   }
 }
 
-/// The whole CTA; call from a __global__ launched with kThreads threads, kSmemBytes of dynamic shared
-/// memory and any number of CTAs (each walks tiles blockIdx.x + i * gridDim.x). kATrans: A stored
-/// (K, M); kBTrans: B stored (N, K). map_a / map_b: the operands' tensor maps (__grid_constant__).
-/// map_c: C's tensor map (box 128 bytes x 64 rows, 128-byte swizzle) when the epilogue is to leave
-/// through TMA stores (beta == 0, gemm_tma_cuda.cu decides), nullptr for stores from the registers.
-template <bool kATrans, bool kBTrans>
+/// The whole CTA, on 128 x kBN tiles; call from a __global__ launched with kThreads threads,
+/// TmaTile<kBN>::kSmemBytes of dynamic shared memory and any number of CTAs (each walks tiles
+/// blockIdx.x + i * gridDim.x). kATrans: A stored (K, M); kBTrans: B stored (N, K). map_a / map_b: the
+/// operands' tensor maps (__grid_constant__; B's box kBN wide, operand_maps). map_c: C's tensor map
+/// (box 128 bytes x 64 rows, 128-byte swizzle) when the epilogue is to leave through TMA stores
+/// (beta == 0, gemm_tma_cuda.cu decides), nullptr for stores from the registers.
+template <bool kATrans, bool kBTrans, int kBN = kBlockN>
 __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p, const CUtensorMap* map_a,
                                                             const CUtensorMap* map_b, const CUtensorMap* map_c,
                                                             uint8_t* smem_raw) {
   namespace tc = tensor_core;
   constexpr bool kAMnMajor = kATrans;
   constexpr bool kBMnMajor = !kBTrans;
+  using Tile = TmaTile<kBN>;
+  constexpr int kStages = Tile::kStages, kStageBytes = Tile::kStageBytes, kAcc = Tile::kAccumulators;
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warpgroup = tid / 128;
@@ -203,7 +233,7 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   }
   __syncthreads();
 
-  const int tiles = tiles_m(p.M) * tiles_n(p.N);
+  const int tiles = tiles_m(p.M) * tiles_n<kBN>(p.N);
   const int k_tiles = (p.K + kBlockK - 1) / kBlockK;
 
   if (warpgroup == 0) {
@@ -213,13 +243,13 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
       int it = 0;
       for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int tile_m, tile_n;
-        tile_origin(t, p.M, p.N, &tile_m, &tile_n);
+        tile_origin<kBN>(t, p.M, p.N, &tile_m, &tile_n);
         for (int kt = 0; kt < k_tiles; ++kt, ++it) {
           const int slot = it % kStages;
           tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);
           tc::mbarrier_arrive_expect_tx(full_bar + 8 * slot, kStageBytes);
           tma_load_operand<kBlockM, kAMnMajor>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m, kt * kBlockK);
-          tma_load_operand<kBlockN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK);
+          tma_load_operand<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK);
         }
       }
     }
@@ -234,12 +264,12 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   const int lane = tid % 32;
   int it = 0;
   int box_count = 0;  // TMA-store epilogue: this consumer's boxes so far
-  float d[128];
+  float d[kAcc];
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tile_m, tile_n;
-    tile_origin(t, p.M, p.N, &tile_m, &tile_n);
+    tile_origin<kBN>(t, p.M, p.N, &tile_m, &tile_n);
 #pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.f;
+    for (int i = 0; i < kAcc; ++i) d[i] = 0.f;
     for (int kt = 0; kt < k_tiles; ++kt, ++it) {
       const int slot = it % kStages;
       tc::mbarrier_wait(full_bar + 8 * slot, (it / kStages) & 1);
@@ -249,7 +279,7 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
         const uint64_t desc_a =
             gemm_wgmma::operand_descriptor<kAMnMajor>(a_tile(slot), consumer * kWarpgroupM, ks);
         const uint64_t desc_b = gemm_wgmma::operand_descriptor<kBMnMajor>(b_tile(slot), 0, ks);
-        gemm_wgmma::wgmma_m64n256k16<kAMnMajor, kBMnMajor>(d, desc_a, desc_b);
+        tc::wgmma_m64nk16<kBN, kAMnMajor, kBMnMajor>(d, desc_a, desc_b);
       }
       gemm_wgmma::wgmma_commit();
       gemm_wgmma::wgmma_wait<1>();  // the previous slice's wgmmas have finished reading their slot
@@ -262,15 +292,15 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     // Meanwhile the producer is already filling the released slots with the next tile's slices.
     if (map_c != nullptr) {
       const uint32_t buffers = store_buffers + consumer * kStoreBuffers * kStoreBoxBytes;
-      if (p.out.c_half) store_tile_tma<true>(d, p.out.alpha, map_c, buffers, consumer, tile_m, tile_n, box_count);
-      else store_tile_tma<false>(d, p.out.alpha, map_c, buffers, consumer, tile_m, tile_n, box_count);
+      if (p.out.c_half) store_tile_tma<true, kBN>(d, p.out.alpha, map_c, buffers, consumer, tile_m, tile_n, box_count);
+      else store_tile_tma<false, kBN>(d, p.out.alpha, map_c, buffers, consumer, tile_m, tile_n, box_count);
       continue;
     }
-    // Straight from the accumulators (the fragment layout of gemm_wgmma::wgmma_m64n256k16).
+    // Straight from the accumulators (the fragment layout of tensor_core::wgmma_m64n256k16).
     const int row = tile_m + consumer * kWarpgroupM + warp * 16 + lane / 4;
     const int col0 = tile_n + 2 * (lane % 4);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < kBN / 8; ++j) {
       gemm_tiles::store_pair(p.out, p.M, p.N, row, col0 + 8 * j, d[4 * j], d[4 * j + 1]);
       gemm_tiles::store_pair(p.out, p.M, p.N, row + 8, col0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
     }

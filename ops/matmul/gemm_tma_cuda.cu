@@ -2,13 +2,14 @@
 // pipeline and precision are described there) and builds its operands' tensor maps.
 //
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major, every N/T layout.
-// Mapping: 384-thread CTAs (1 producer + 2 consumer warpgroups), 128 x 256 tiles, one CTA per SM
-// (~225 KiB of shared memory); per tile or persistent, epilogue from registers or by TMA stores
-// (gemm_tma_cuda.h). Precision: FP16 operands,
+// Mapping: 384-thread CTAs (1 producer + 2 consumer warpgroups), 128 x 256, 128 x 128 or 128 x 64 tiles
+// (TmaTile), one CTA per SM (~225 KiB of shared memory); per tile or persistent, epilogue from
+// registers or by TMA stores (gemm_tma_cuda.h). Precision: FP16 operands,
 // FP32 accumulation, FP32 or FP16 output.
 //
 // Tensor maps (tensor_map.h), one per operand, by where its K runs:
-//   K-major, stored (MN, K) (A layout N, B layout T): rows = MN, cols = K, box 64 k x kMN rows: one
+//   K-major, stored (MN, K) (A layout N, B layout T): rows = MN, cols = K, box 64 k x kMN rows (kMN:
+//     128 for A, the tile width for B): one
 //     TMA per slice fills the whole tile.
 //   MN-major, stored (K, MN) (A layout T, B layout N): rows = K, cols = MN, box 64 mn x 64 k: one
 //     TMA per 64-wide panel.
@@ -21,6 +22,7 @@
 #include "ops/matmul/gemm_tma_cuda.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/cuda/check.cuh"
 #include "core/cuda/runtime.h"
@@ -31,13 +33,13 @@
 namespace halfgrad::cuda::gemm_tma {
 namespace {
 
-template <bool kATrans, bool kBTrans>
+template <bool kATrans, bool kBTrans, int kBN>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_c, bool tma_store, GemmProblem p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem[];
-  warp_specialized_gemm_block<kATrans, kBTrans>(p, &map_a, &map_b, tma_store ? &map_c : nullptr, smem);
+  warp_specialized_gemm_block<kATrans, kBTrans, kBN>(p, &map_a, &map_b, tma_store ? &map_c : nullptr, smem);
 #elif defined(__CUDA_ARCH__)
   __trap();  // built without sm_90a: never launched (device_supported), loud if it were
 #endif
@@ -64,16 +66,17 @@ void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, 
   encode_tensor_map(map, m, op);
 }
 
-template <bool kATrans, bool kBTrans>
+template <bool kATrans, bool kBTrans, int kBN>
 void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const char* op) {
-  auto kernel = gemm_tma_kernel<kATrans, kBTrans>;
+  constexpr int kSmem = TmaTile<kBN>::kSmemBytes;
+  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN>;
   static const bool configured = [&] {
-    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     return true;
   }();
   (void)configured;
   CUtensorMap map_a, map_b;
-  operand_maps(p, kATrans, kBTrans, &map_a, &map_b, op);
+  operand_maps(p, kATrans, kBTrans, kBN, &map_a, &map_b, op);
   CUtensorMap map_c = {};
   const bool tma_store = store == Store::kTma && tma_store_possible(p);
   if (tma_store) {
@@ -88,9 +91,9 @@ void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const c
     m.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
     encode_tensor_map(&map_c, m, op);
   }
-  const int64_t tiles = static_cast<int64_t>(tiles_m(p.M)) * tiles_n(p.N);
+  const int64_t tiles = tile_count(p.M, p.N, kBN);
   const int64_t ctas = schedule == Schedule::kPersistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
-  kernel<<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, stream()>>>(map_a, map_b, map_c, tma_store, p);
+  kernel<<<static_cast<unsigned>(ctas), kThreads, kSmem, stream()>>>(map_a, map_b, map_c, tma_store, p);
   HG_CUDA_LAUNCH_CHECK(op);
 }
 
@@ -100,26 +103,65 @@ bool tma_store_possible(const GemmProblem& p) {
   return p.out.beta == 0.f && !p.out.c_bf16 && tensor_map_aligned(p.out.C, p.out.ldc, p.out.c_half ? 2 : 4);
 }
 
-int64_t tile_count(int64_t M, int64_t N) { return ((M + kBlockM - 1) / kBlockM) * ((N + kBlockN - 1) / kBlockN); }
+int64_t tile_count(int64_t M, int64_t N, int tile_n) {
+  return ((M + kBlockM - 1) / kBlockM) * ((N + tile_n - 1) / tile_n);
+}
+
+// The per-tile efficiencies of the narrow tiles relative to the 128 x 256 one (gemm_tma_cuda.h).
+constexpr double kEfficiency128 = 0.90;
+constexpr double kEfficiency64 = 0.75;
+int tile_width(int64_t M, int64_t N, int64_t sms) {
+  int best = 256;
+  double best_cost = INFINITY;
+  for (int w : {256, 128, 64}) {
+    const double efficiency = w == 256 ? 1.0 : w == 128 ? kEfficiency128 : kEfficiency64;
+    const int64_t waves = (tile_count(M, N, w) + sms - 1) / sms;
+    const double cost = static_cast<double>(waves) * w / efficiency;
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = w;
+    }
+  }
+  return best;
+}
 
 bool operands_supported(const GemmProblem& p) {
   return tensor_map_aligned(p.A, p.lda, 2) && tensor_map_aligned(p.B, p.ldb, 2);
 }
 
-void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, CUtensorMap* map_a, CUtensorMap* map_b,
-                  const char* op) {
-  operand_map(map_a, p.A, p.M, p.K, p.lda, a_trans, kBlockM, op);
-  operand_map(map_b, p.B, p.N, p.K, p.ldb, !b_trans, kBlockN, op);
+void check_tile_width(int tile_n, const char* op) {
+  HG_CHECK(tile_n == 256 || tile_n == 128 || tile_n == 64,
+           op << ": the TMA GEMM's tile width is 256, 128 or 64 columns; got " << tile_n);
 }
 
-void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op, Store store) {
+void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, CUtensorMap* map_a, CUtensorMap* map_b,
+                  const char* op) {
+  check_tile_width(tile_n, op);
+  operand_map(map_a, p.A, p.M, p.K, p.lda, a_trans, kBlockM, op);
+  operand_map(map_b, p.B, p.N, p.K, p.ldb, !b_trans, tile_n, op);
+}
+
+namespace {
+
+template <int kBN>
+void launch_width(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, Store store, const char* op) {
+  if (!a_trans && !b_trans) launch_layout<false, false, kBN>(p, schedule, store, op);
+  if (!a_trans && b_trans) launch_layout<false, true, kBN>(p, schedule, store, op);
+  if (a_trans && !b_trans) launch_layout<true, false, kBN>(p, schedule, store, op);
+  if (a_trans && b_trans) launch_layout<true, true, kBN>(p, schedule, store, op);
+}
+
+}  // namespace
+
+void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op, Store store,
+            int tile_n) {
   HG_CHECK(gemm_wgmma::device_supported(op), op << ": the TMA GEMM needs a compute capability 9.0 GPU");
   HG_CHECK(operands_supported(p), op << ": the TMA GEMM needs 16-byte aligned A and B and lda, ldb multiples of 8; got lda "
                                      << p.lda << ", ldb " << p.ldb);
-  if (!a_trans && !b_trans) launch_layout<false, false>(p, schedule, store, op);
-  if (!a_trans && b_trans) launch_layout<false, true>(p, schedule, store, op);
-  if (a_trans && !b_trans) launch_layout<true, false>(p, schedule, store, op);
-  if (a_trans && b_trans) launch_layout<true, true>(p, schedule, store, op);
+  check_tile_width(tile_n, op);
+  if (tile_n == 256) launch_width<256>(p, a_trans, b_trans, schedule, store, op);
+  if (tile_n == 128) launch_width<128>(p, a_trans, b_trans, schedule, store, op);
+  if (tile_n == 64) launch_width<64>(p, a_trans, b_trans, schedule, store, op);
 }
 
 }  // namespace halfgrad::cuda::gemm_tma

@@ -1,0 +1,146 @@
+// gemm_f16 with each kernel family forced (ops/matmul/gemm_paths.h) against a double-precision CPU
+// product of the same FP16 operands: every family the automatic choice can take on sm_90 (the TMA
+// kernel on 128x256, 128x128 and 128x64 tiles, with register or TMA-store epilogues), mma.sync on
+// every GPU, all four N/T layouts, FP32 and FP16 output, alpha and beta. The shapes cut tiles at every
+// edge: M, N not multiples of 128 / 64 / 256, K not a multiple of the 64-wide slice (TMA zero-fills),
+// K = 8, a problem smaller than one tile, and one (1000 x 1000 x 1000, the size rung 12 is for) with
+// more tiles than SMs for the narrow widths only. A family that cannot run here (no sm_90) says why
+// and the case checks the rest.
+#include <cmath>
+#include <cstring>
+
+#include "ops/matmul/gemm_paths.h"
+#include "tests/cuda/cpu_reference.h"
+
+using namespace halfgrad;
+using namespace halfgrad::testing;
+
+namespace {
+
+struct Case {
+  int64_t M, N, K;
+};
+
+#if defined(HALFGRAD_CUDA)
+using cuda::GemmArgs;
+using cuda::GemmLayout;
+using cuda::GemmPath;
+
+/// Stored operand (rows x cols) of FP16 values N(0, 1), and its values as doubles.
+struct Operand {
+  Tensor device;
+  std::vector<float> values;
+};
+
+Operand make_operand(int64_t rows, int64_t cols, uint64_t seed) {
+  const Tensor h = random_tensor({rows, cols}, seed, kFloat32).cast_copy(kFloat16);
+  return {h.copy_to(Device::CUDA), h.to_float_vector()};
+}
+
+/// C = alpha * op(A) op(B) + beta * C0 in double, from the stored operands' values.
+std::vector<double> reference(const Case& c, const Operand& a, bool at, const Operand& b, bool bt, float alpha,
+                              float beta, const std::vector<float>& c0) {
+  std::vector<double> out(static_cast<size_t>(c.M * c.N));
+  for (int64_t i = 0; i < c.M; ++i) {
+    for (int64_t j = 0; j < c.N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double x = at ? a.values[k * c.M + i] : a.values[i * c.K + k];
+        const double y = bt ? b.values[j * c.K + k] : b.values[k * c.N + j];
+        s += x * y;
+      }
+      out[i * c.N + j] = alpha * s + beta * c0[i * c.N + j];
+    }
+  }
+  return out;
+}
+
+const char* path_name(GemmPath p) {
+  switch (p) {
+    case GemmPath::kMmaSync: return "mma_sync";
+    case GemmPath::kWgmma: return "wgmma";
+    case GemmPath::kTmaPersistent: return "tma (128x256, register epilogue)";
+    case GemmPath::kTmaStore: return "tma_store (128x256)";
+    case GemmPath::kTmaStore128: return "tma_store_128";
+    case GemmPath::kTmaStore64: return "tma_store_64";
+    default: return "auto";
+  }
+}
+
+/// Runs every family on one case and layout; returns how many families ran.
+int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float beta, uint64_t seed) {
+  const Operand a = at ? make_operand(c.K, c.M, seed) : make_operand(c.M, c.K, seed);
+  const Operand b = bt ? make_operand(c.N, c.K, seed + 1) : make_operand(c.K, c.N, seed + 1);
+  const Tensor c0 = random_tensor({c.M, c.N}, seed + 2, kFloat32).cast_copy(c_half ? kFloat16 : kFloat32);
+  const std::vector<double> want = reference(c, a, at, b, bt, alpha, beta, c0.to_float_vector());
+  double scale = 0;
+  for (double v : want) scale = std::max(scale, std::fabs(v));
+  int ran = 0;
+  for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
+                        GemmPath::kTmaStore64, GemmPath::kAuto}) {
+    Tensor out = c0.copy_to(Device::CUDA);
+    GemmArgs g{c.M, c.N, c.K,
+               static_cast<const uint16_t*>(a.device.raw_data()), at ? c.M : c.K, at ? GemmLayout::T : GemmLayout::N,
+               static_cast<const uint16_t*>(b.device.raw_data()), bt ? c.K : c.N, bt ? GemmLayout::T : GemmLayout::N,
+               out.raw_data(), c.N, c_half};
+    g.alpha = alpha;
+    g.beta = beta;
+    g.op = "gemm_paths test";
+    const char* why = cuda::gemm_f16_on(g, path);
+    if (why != nullptr) {
+      MESSAGE(path_name(path) << " not run: " << why);
+      continue;
+    }
+    ++ran;
+    const std::vector<float> got = out.to_float_vector();
+    // FP32 sums of K FP16 products in another order, then (FP16 out) one rounding: relative to the
+    // output's scale, 2^-11 for the rounding plus K-dependent FP32 error far below it.
+    const double tol = (c_half ? 1e-3 : 1e-5) * scale + 1e-6;
+    int64_t bad = 0, first = -1;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!(std::fabs(got[i] - want[i]) <= tol)) {
+        if (first < 0) first = static_cast<int64_t>(i);
+        ++bad;
+      }
+    }
+    INFO(path_name(path) << " " << c.M << "x" << c.N << "x" << c.K << " " << (at ? "T" : "N") << (bt ? "T" : "N")
+                         << (c_half ? " f16 out" : " f32 out") << " alpha " << alpha << " beta " << beta);
+    if (first >= 0) INFO("first mismatch at (" << first / c.N << ", " << first % c.N << "): " << got[first] << " vs " << want[first]);
+    CHECK(bad == 0);
+  }
+  return ran;
+}
+#else
+// A build without CUDA has no gemm_f16_on to link; the cases below are declared all the same and
+// skip (CUDA_TEST_CASE), so this is never called.
+int check_case(const Case&, bool, bool, bool, float, float, uint64_t) { return 0; }
+#endif
+
+}  // namespace
+
+CUDA_TEST_CASE("gemm paths cuda every family, layout and output type on edge-cutting shapes (vs double CPU)") {
+  const Case cases[] = {{129, 257, 40}, {1288, 72, 136}, {200, 520, 8}, {17, 24, 100}, {384, 392, 200}};
+  uint64_t seed = 11;
+  for (const Case& c : cases) {
+    for (int layout = 0; layout < 4; ++layout) {
+      for (bool c_half : {false, true}) {
+        CHECK(check_case(c, layout & 1, layout & 2, c_half, 1.f, 0.f, seed) >= 2);
+        seed += 3;
+      }
+    }
+  }
+}
+
+CUDA_TEST_CASE("gemm paths cuda alpha and beta (C read: register epilogue) on every family") {
+  uint64_t seed = 500;
+  for (bool c_half : {false, true}) {
+    CHECK(check_case({257, 384, 72}, false, true, c_half, 0.5f, -2.f, seed) >= 2);
+    CHECK(check_case({257, 384, 72}, true, false, c_half, 2.f, 1.f, seed + 3) >= 2);
+    seed += 6;
+  }
+}
+
+CUDA_TEST_CASE("gemm paths cuda 1000x1000x1000 (rung 12's problem: the narrow tiles' persistent walk) N/N and N/T") {
+  CHECK(check_case({1000, 1000, 1000}, false, false, false, 1.f, 0.f, 900) >= 2);
+  CHECK(check_case({1000, 1000, 1000}, false, true, true, 1.f, 0.f, 903) >= 2);
+}
