@@ -9,6 +9,7 @@
 //                        choice) beside cuBLAS on square, tall, wide, small-K, U-Net conv-transpose
 //                        and odd shapes, N/N and other layouts, FP32 and FP16 output: the measurement
 //                        behind gemm_cuda.cu's dispatch rule. A few minutes.
+//   gemm_bench --profile M N K  each family launched 3 times on one N/N problem, untimed: for ncu.
 //   gemm_bench --sweep   every tile configuration of gemm_sweep.cu (the production block function
 //                        with other compile-time shapes) and gemm_f16 itself, checked and timed at
 //                        1024^3, 4096^3 and 8192^3, FP32 and FP16 output, beside cuBLAS; < 30 s.
@@ -31,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -661,6 +663,31 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
   std::printf("\n");
 }
 
+/// --profile M N K: each family of --dispatch launched 3 times on one N/N problem (FP32 out, then FP16
+/// out), nothing timed, for a profiler to time kernel by kernel (`ncu --metrics gpu__time_duration.sum
+/// gemm_bench --profile 1024 1024 1024`): the kernel's own duration beside the event-to-event time that
+/// --dispatch reports.
+void run_profile(int64_t M, int64_t N, int64_t K) {
+  using halfgrad::cuda::GemmPath;
+  DeviceBuffer<uint16_t> A(M * K), B(K * N), Ch(M * N);
+  DeviceBuffer<float> Cf(M * N);
+  fill_random(A.ptr, M * K, 17);
+  fill_random(B.ptr, K * N, 18);
+  for (bool c_half : {false, true}) {
+    GemmArgs a{M, N, K, A.ptr, K, GemmLayout::N, B.ptr, N, GemmLayout::N,
+               c_half ? static_cast<void*>(Ch.ptr) : static_cast<void*>(Cf.ptr), N, c_half};
+    a.op = "gemm_bench --profile";
+    for (int i = 0; i < 3; ++i) cublas_gemm(a);
+    for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
+                          GemmPath::kTmaStore64}) {
+      for (int i = 0; i < 3; ++i) {
+        if (const char* why = halfgrad::cuda::gemm_f16_on(a, path)) std::printf("not run: %s\n", why);
+      }
+    }
+  }
+  BENCH_CUDA(cudaDeviceSynchronize());
+}
+
 /// --dispatch: TFLOP/s of every family per shape, and the best non-cuBLAS family.
 void run_dispatch(int64_t l2) {
   const GemmLayout n = GemmLayout::N, t = GemmLayout::T;
@@ -711,15 +738,18 @@ void run_ladder(bool quick, int64_t l2) {
 
 int main(int argc, char** argv) {
   bool quick = false, sweep = false, dispatch = false;
+  int64_t profile[3] = {0, 0, 0};
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
+    if (std::strcmp(argv[i], "--profile") == 0 && i + 3 < argc) {
+      for (int64_t& e : profile) e = std::atoll(argv[++i]);
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
     } else if (std::strcmp(argv[i], "--dispatch") == 0) {
       dispatch = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick | --sweep | --dispatch]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick | --sweep | --dispatch | --profile M N K]\n", argv[0]);
       return 2;
     }
   }
@@ -732,7 +762,10 @@ int main(int argc, char** argv) {
     std::printf("%s (sm_%d%d, %d SMs, L2 %d MiB)\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                 l2 >> 20);
     HG_CHECK(prop.major >= 8, "gemm_bench: needs sm_80 or newer (cp.async, ldmatrix, mma.sync.m16n8k16)");
-    if (dispatch) {
+    if (profile[0] > 0) {
+      HG_CHECK(profile[1] > 0 && profile[2] > 0, "gemm_bench --profile: M, N, K must be >= 1");
+      run_profile(profile[0], profile[1], profile[2]);
+    } else if (dispatch) {
       run_dispatch(l2);
     } else if (sweep) {
       std::printf("TFLOP/s and ratio to cuBLAS (same output type, same run); check: rel. Frobenius error < 1e-3\n\n");

@@ -305,8 +305,9 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
       gemm_tiles::store_pair(p.out, p.M, p.N, row + 8, col0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
     }
   }
-  // The shared memory a TMA store reads must stay valid until it has been read.
-  if (map_c != nullptr && tid % 128 == 0) tensor_core::tma_store_wait<0>();
+  // The shared memory a TMA store reads must stay valid until it has been read (.read: the writes to
+  // global memory need not have landed; they are complete when the grid is, as CUTLASS's epilogue assumes).
+  if (map_c != nullptr && tid % 128 == 0) tensor_core::tma_store_wait_read<0>();
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
