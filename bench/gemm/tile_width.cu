@@ -1,7 +1,7 @@
 // tile_width.cu - rung 12 of the GEMM ladder: rung 11 (persistent, warp-specialised, TMA loads and
 // TMA stores) on a tile whose width fits the problem to the SM count: 128 x 256 where there are
 // enough such tiles, else 128 x 128 or 128 x 64 (ops/matmul/gemm_tma.cuh's TmaTile; the width from
-// gemm_tma::tile_width, the rule gemm_f16 uses). Needs an sm_90 GPU.
+// gemm_tma::tile_plan without splits: gemm_f16's rule less rung 13). Needs an sm_90 GPU.
 //
 // Math: C (M, N) = A (M, K) * B (K, N); A, B FP16 row-major, C FP32 row-major (gemm_rungs.h).
 // Parallel mapping: rung 11's (one CTA per SM, 1 producer + 2 consumer warpgroups), tile 128 x w.
@@ -41,9 +41,9 @@ const char* gemm_tile_width(const DenseGemm& g) {
   p.B = g.B;
   p.ldb = g.N;
   p.out = {g.C, g.N, 1.f, 0.f, false, true, true};
-  const int width = cuda::gemm_tma::tile_width(g.M, g.N, cuda::sm_count());
+  const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(g.M, g.N, g.K, cuda::sm_count(), /*max_split=*/1);
   cuda::gemm_tma::launch(p, false, false, cuda::gemm_tma::Schedule::kPersistent, op, cuda::gemm_tma::Store::kTma,
-                         width);
+                         plan);
   return nullptr;
 }
 

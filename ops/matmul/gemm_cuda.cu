@@ -31,8 +31,9 @@
 // 16-byte aligned, lda and ldb multiples of 8; any M, N, K) run on the persistent warp-specialised
 // TMA kernel (ops/matmul/gemm_tma.cuh: TMA loads, an mbarrier ring, a producer warpgroup and two
 // wgmma consumer warpgroups, all four N/T layouts), with its TMA-store epilogue when beta == 0 and C
-// is 16-byte aligned with a 16-byte row stride, on 128x256, 128x128 or 128x64 tiles (the width that
-// occupies the SMs best, gemm_tma::tile_width); otherwise (beta != 0: C read in the epilogue, or an
+// is 16-byte aligned with a 16-byte row stride, on 128x256, 128x128 or 128x64 tiles, the narrow ones
+// with K optionally split over a 2-CTA cluster (the plan that occupies the SMs best,
+// gemm_tma::tile_plan); otherwise (beta != 0: C read in the epilogue, or an
 // unaligned C) on 128x256 tiles only where that measured faster than mma.sync (hopper_path).
 // mma.sync tops out near half of Hopper's Tensor Core rate. The older cp.async wgmma kernel (ops/matmul/gemm_wgmma.cuh, rung 6) won no measured
 // shape and is no longer chosen (gemm_paths.h still forces it, for the ladder). Everything else
@@ -124,10 +125,7 @@ void launch_shape(const GemmProblem& p, bool at, bool bt, bool vector, bool bf16
 /// tiles: 0.47x against 0.56x), and won from 72 tiles with K >= 1024 (1536^3: 0.64x against 0.41x).
 /// The K >= 256 bound lies between the measured K = 128 and K = 1024 (not measured in between).
 GemmPath hopper_path(const GemmProblem& p, int64_t sms) {
-  if (gemm_tma::tma_store_possible(p)) {
-    const int width = gemm_tma::tile_width(p.M, p.N, sms);
-    return width == 256 ? GemmPath::kTmaStore : width == 128 ? GemmPath::kTmaStore128 : GemmPath::kTmaStore64;
-  }
+  if (gemm_tma::tma_store_possible(p)) return GemmPath::kTmaPlanned;
   const bool many_tiles = 2 * gemm_tma::tile_count(p.M, p.N) >= sms;
   return many_tiles && p.K >= 256 ? GemmPath::kTmaPersistent : GemmPath::kMmaSync;
 }
@@ -191,11 +189,19 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
     case GemmPath::kTmaPersistent:
     case GemmPath::kTmaStore:
     case GemmPath::kTmaStore128:
-    case GemmPath::kTmaStore64: {
+    case GemmPath::kTmaStore64:
+    case GemmPath::kTmaSplit128:
+    case GemmPath::kTmaSplit64:
+    case GemmPath::kTmaPlanned: {
       if (!tma_ok) return "needs sm_90, FP16, 16-byte aligned A and B, lda and ldb multiples of 8";
-      const int width = path == GemmPath::kTmaStore128 ? 128 : path == GemmPath::kTmaStore64 ? 64 : 256;
+      gemm_tma::TilePlan plan;  // 128 x 256, K not split
+      if (path == GemmPath::kTmaStore128) plan = {128, 1};
+      if (path == GemmPath::kTmaStore64) plan = {64, 1};
+      if (path == GemmPath::kTmaSplit128) plan = {128, 2};
+      if (path == GemmPath::kTmaSplit64) plan = {64, 2};
+      if (path == GemmPath::kTmaPlanned) plan = gemm_tma::tile_plan(p.M, p.N, p.K, sm_count());
       gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op,
-                       path == GemmPath::kTmaPersistent ? gemm_tma::Store::kRegisters : gemm_tma::Store::kTma, width);
+                       path == GemmPath::kTmaPersistent ? gemm_tma::Store::kRegisters : gemm_tma::Store::kTma, plan);
       return nullptr;
     }
     case GemmPath::kWgmma:

@@ -15,6 +15,10 @@ enum class GemmPath {
   kTmaStore,       // kTmaPersistent with the TMA-store epilogue (where beta == 0 and C is aligned)
   kTmaStore128,    // kTmaStore on 128x128 tiles (TmaTile<128>)
   kTmaStore64,     // kTmaStore on 128x64 tiles (TmaTile<64>)
+  kTmaSplit128,    // kTmaStore128 with K split over a 2-CTA cluster (TmaTile<128, 2>)
+  kTmaSplit64,     // kTmaStore64 with K split over a 2-CTA cluster (TmaTile<64, 2>)
+  kTmaPlanned,     // the TMA-store kernel on gemm_tma::tile_plan's tiles and split (what kAuto takes
+                   // with beta == 0 and an aligned C)
 };
 
 /// gemm_f16(args) on the given family. Checks the arguments exactly as gemm_f16 does (throws

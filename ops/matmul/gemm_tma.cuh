@@ -78,26 +78,32 @@ constexpr int kStoreBytes = kConsumers * kStoreBuffers * kStoreBoxBytes;
 // The pipeline ring's share of shared memory: as many slots as fit in 192 KiB.
 constexpr int kPipelineBytes = 192 * 1024;
 
-/// The tile width kBN (256, 128 or 64 columns of C; the rows are always kBlockM = 128) and what
-/// follows from it (rung 12). Each consumer runs wgmma.m64n<kBN>k16 into kBN / 2 FP32 accumulators per
-/// thread; a pipeline slot holds A's 128 x 64 and B's kBN x 64 slice, and the 192 KiB ring holds 4, 6
-/// or 8 of them. 128 x 256 is the fastest per tile (the most MMA work per byte of shared memory read
-/// and per barrier); the narrower tiles exist for problems with too few 128 x 256 tiles to occupy
-/// the SMs (1000^3 has 32 for 132 SMs; with 128 x 64 it has 128), chosen by gemm_cuda.cu's
-/// tile_width.
-template <int kBN>
+/// The tile width kBN (256, 128 or 64 columns of C; the rows are always kBlockM = 128), the split of K
+/// over a 2-CTA cluster (kSplit 1 or 2, rung 13), and what follows from them (rung 12). Each consumer
+/// runs wgmma.m64n<kBN>k16 into kBN / 2 FP32 accumulators per thread; a pipeline slot holds A's
+/// 128 x 64 and B's kBN x 64 slice, and the 192 KiB ring holds 4, 6 or 8 of them. 128 x 256 is the
+/// fastest per tile (the most MMA work per byte of shared memory read and per barrier wait); the
+/// narrower tiles exist for problems with too few 128 x 256 tiles to occupy the SMs (1000^3 has 32
+/// for 132 SMs; with 128 x 64 it has 128), chosen by gemm_tma_cuda.cu's tile_plan. With kSplit = 2
+/// the two CTAs of a cluster take the two halves of K of the same tile; the second sends its
+/// accumulators into the first's shared memory (kReduceBytes: 128 threads x kBN / 2 floats per
+/// consumer), which the ring gives up (narrow tiles only: 128 x 256 would need 128 KiB).
+template <int kBN, int kSplit = 1>
 struct TmaTile {
   static_assert(kBN == 256 || kBN == 128 || kBN == 64, "TmaTile: 256, 128 or 64 columns (a wgmma N)");
+  static_assert(kSplit == 1 || (kSplit == 2 && kBN <= 128), "TmaTile: K split in 2 for the 128- and 64-wide tiles");
   static constexpr int kBlockN = kBN;
   static constexpr int kAccumulators = kBN / 2;
+  static constexpr int kReduceBytes = kSplit == 1 ? 0 : kConsumers * 128 * kAccumulators * 4;  // 64 / 32 KiB
   static constexpr int kBTileBytes = kBN * kBlockK * 2;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  static constexpr int kStages = kPipelineBytes / kStageBytes;  // 4, 6, 8
-  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kStages = (kPipelineBytes - kReduceBytes) / kStageBytes;  // 4, 6, 8; split: 4, 6
+  // full + empty per slot; split: a reduce-full and a reduce-empty barrier per consumer.
+  static constexpr int kBarrierBytes = 2 * kStages * 8 + (kSplit == 1 ? 0 : 2 * kConsumers * 8);
   // + 1 KiB so that the kernel can round the dynamic shared-memory base up to 1024 bytes (SWIZZLE_128B).
-  static constexpr int kSmemBytes = kStages * kStageBytes + kStoreBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kReduceBytes + kStoreBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory on sm_90");
-  static_assert(kBTileBytes % 1024 == 0, "slot bases stay 1024-byte aligned");
+  static_assert(kBTileBytes % 1024 == 0 && kReduceBytes % 1024 == 0, "slot bases stay 1024-byte aligned");
 };
 
 // The 128 x 256 tile's figures by their old names (rungs 7-10 of bench/gemm/ build on them).
@@ -197,30 +203,56 @@ __device__ __forceinline__ void store_tile_tma(const float (&d)[kBN / 2], float 
   }
 }
 
+/// The slices [*k_begin, *k_end) of K (in kBlockK units) that rank `rank` of a kSplit-CTA cluster
+/// computes: the first ceil(k_tiles / kSplit) for rank 0, the rest for rank 1 (possibly none).
+template <int kSplit>
+__device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin, int* k_end) {
+  const int per = (k_tiles + kSplit - 1) / kSplit;
+  *k_begin = min(k_tiles, rank * per);
+  *k_end = min(k_tiles, (rank + 1) * per);
+}
+
 /// The whole CTA, on 128 x kBN tiles; call from a __global__ launched with kThreads threads,
-/// TmaTile<kBN>::kSmemBytes of dynamic shared memory and any number of CTAs (each walks tiles
-/// blockIdx.x + i * gridDim.x). kATrans: A stored (K, M); kBTrans: B stored (N, K). map_a / map_b: the
-/// operands' tensor maps (__grid_constant__; B's box kBN wide, operand_maps). map_c: C's tensor map
-/// (box 128 bytes x 64 rows, 128-byte swizzle) when the epilogue is to leave through TMA stores
+/// TmaTile<kBN, kSplit>::kSmemBytes of dynamic shared memory and any number of CTAs (kSplit = 2: a
+/// multiple of 2, in clusters of 2). Each CTA (each cluster) walks tiles blockIdx.x + i * gridDim.x
+/// (cluster index + i * clusters). kATrans: A stored (K, M); kBTrans: B stored (N, K). map_a / map_b:
+/// the operands' tensor maps (__grid_constant__; B's box kBN wide, operand_maps). map_c: C's tensor
+/// map (box 128 bytes x 64 rows, 128-byte swizzle) when the epilogue is to leave through TMA stores
 /// (beta == 0, gemm_tma_cuda.cu decides), nullptr for stores from the registers.
-template <bool kATrans, bool kBTrans, int kBN = kBlockN>
+///
+/// kSplit = 2 (rung 13): rank r of the cluster computes its half of K (split_range) of the cluster's
+/// tile. Rank 1's consumer c then waits until rank 0 has read its previous tile's partial
+/// (reduce-empty barrier c of rank 1, arrived on from rank 0), writes its 64 x kBN partial into rank
+/// 0's reduce buffer c with st.shared::cluster (thread t's accumulator q at 16 * (q / 4 * 128 + t):
+/// consecutive threads, consecutive 16-byte words) and arrives on rank 0's reduce-full barrier c (128
+/// arrivals, release at cluster scope). Rank 0's consumer c waits on that (acquire at cluster scope),
+/// adds the partial to its own (rank 0's half + rank 1's half, always in that order: the same bits
+/// every run), releases the buffer (unless it was the cluster's last tile: rank 1 may have exited,
+/// and never waits for it) and stores the tile as kSplit = 1 does. Rank 1 stores nothing.
+template <bool kATrans, bool kBTrans, int kBN = kBlockN, int kSplit = 1>
 __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p, const CUtensorMap* map_a,
                                                             const CUtensorMap* map_b, const CUtensorMap* map_c,
                                                             uint8_t* smem_raw) {
   namespace tc = tensor_core;
   constexpr bool kAMnMajor = kATrans;
   constexpr bool kBMnMajor = !kBTrans;
-  using Tile = TmaTile<kBN>;
+  using Tile = TmaTile<kBN, kSplit>;
   constexpr int kStages = Tile::kStages, kStageBytes = Tile::kStageBytes, kAcc = Tile::kAccumulators;
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warpgroup = tid / 128;
   const uint32_t smem = (gemm_tiles::shared_address(smem_raw) + 1023) & ~1023u;
-  const uint32_t store_buffers = smem + kStages * kStageBytes;  // 2 box buffers per consumer
-  const uint32_t full_bar = store_buffers + kStoreBytes;          // kStages barriers of 8 bytes
+  const uint32_t reduce_buffers = smem + kStages * kStageBytes;      // kSplit 2: 1 per consumer
+  const uint32_t store_buffers = reduce_buffers + Tile::kReduceBytes;  // 2 box buffers per consumer
+  const uint32_t full_bar = store_buffers + kStoreBytes;                // kStages barriers of 8 bytes
   const uint32_t empty_bar = full_bar + kStages * 8;
+  const uint32_t reduce_full_bar = empty_bar + kStages * 8;             // kSplit 2: kConsumers each
+  const uint32_t reduce_empty_bar = reduce_full_bar + kConsumers * 8;
   auto a_tile = [&](int slot) { return smem + slot * kStageBytes; };
   auto b_tile = [&](int slot) { return smem + slot * kStageBytes + kATileBytes; };
+
+  const int rank = kSplit == 1 ? 0 : static_cast<int>(tc::cluster_ctarank());
+  const int group = static_cast<int>(blockIdx.x) / kSplit, groups = static_cast<int>(gridDim.x) / kSplit;
 
   if (tid == 0) {
     tc::tma_prefetch_map(map_a);
@@ -229,22 +261,31 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
       tc::mbarrier_init(full_bar + 8 * s, 1);                // the producer's arrive.expect_tx
       tc::mbarrier_init(empty_bar + 8 * s, kConsumers);      // one thread per consumer warpgroup
     }
+    if constexpr (kSplit == 2) {
+      for (int c = 0; c < kConsumers; ++c) {
+        tc::mbarrier_init(reduce_full_bar + 8 * c, 128);   // every thread of rank 1's consumer c
+        tc::mbarrier_init(reduce_empty_bar + 8 * c, 128);  // every thread of rank 0's consumer c
+      }
+    }
     tc::fence_mbarrier_init();
   }
-  __syncthreads();
+  // The split's barriers are arrived on from the other CTA: its inits must be visible cluster-wide.
+  if constexpr (kSplit == 2) tc::cluster_sync();
+  else __syncthreads();
 
   const int tiles = tiles_m(p.M) * tiles_n<kBN>(p.N);
-  const int k_tiles = (p.K + kBlockK - 1) / kBlockK;
+  int k_begin, k_end;
+  split_range<kSplit>((p.K + kBlockK - 1) / kBlockK, rank, &k_begin, &k_end);
 
   if (warpgroup == 0) {
     // Producer. The other 127 threads only give their registers back and finish.
     tc::setmaxnreg_dec<kProducerRegs>();
     if (tid == 0) {
       int it = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (int t = group; t < tiles; t += groups) {
         int tile_m, tile_n;
         tile_origin<kBN>(t, p.M, p.N, &tile_m, &tile_n);
-        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+        for (int kt = k_begin; kt < k_end; ++kt, ++it) {
           const int slot = it % kStages;
           tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);
           tc::mbarrier_arrive_expect_tx(full_bar + 8 * slot, kStageBytes);
@@ -259,18 +300,20 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   // Consumers.
   tc::setmaxnreg_inc<kConsumerRegs>();
   const int consumer = warpgroup - 1;
-  const bool releases = tid % 128 == 0;  // the one thread per consumer that arrives on empty barriers
-  const int warp = (tid % 128) / 32;
+  const int t128 = tid % 128;
+  const bool releases = t128 == 0;  // the one thread per consumer that arrives on empty barriers
+  const int warp = t128 / 32;
   const int lane = tid % 32;
   int it = 0;
   int box_count = 0;  // TMA-store epilogue: this consumer's boxes so far
+  int round = 0;      // kSplit 2: the cluster's tiles so far (the reduce barriers' phase)
   float d[kAcc];
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+  for (int t = group; t < tiles; t += groups, ++round) {
     int tile_m, tile_n;
     tile_origin<kBN>(t, p.M, p.N, &tile_m, &tile_n);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) d[i] = 0.f;
-    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+    for (int kt = k_begin; kt < k_end; ++kt, ++it) {
       const int slot = it % kStages;
       tc::mbarrier_wait(full_bar + 8 * slot, (it / kStages) & 1);
       gemm_wgmma::wgmma_fence();
@@ -283,11 +326,38 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
       }
       gemm_wgmma::wgmma_commit();
       gemm_wgmma::wgmma_wait<1>();  // the previous slice's wgmmas have finished reading their slot
-      if (kt > 0 && releases) tc::mbarrier_arrive(empty_bar + 8 * ((it - 1) % kStages));
+      if (kt > k_begin && releases) tc::mbarrier_arrive(empty_bar + 8 * ((it - 1) % kStages));
     }
     gemm_wgmma::wgmma_wait<0>();
     gemm_wgmma::fence_accumulators(d);
-    if (releases) tc::mbarrier_arrive(empty_bar + 8 * ((it - 1) % kStages));
+    if (k_end > k_begin && releases) tc::mbarrier_arrive(empty_bar + 8 * ((it - 1) % kStages));
+
+    if constexpr (kSplit == 2) {
+      const uint32_t buffer = reduce_buffers + consumer * 128 * kAcc * 4;
+      if (rank == 1) {
+        if (round > 0) tc::mbarrier_wait_cluster(reduce_empty_bar + 8 * consumer, (round - 1) & 1);
+        const uint32_t remote = tc::cluster_address(buffer, 0);
+#pragma unroll
+        for (int q = 0; q < kAcc / 4; ++q)
+          tc::st_cluster_v4(remote + 16 * (q * 128 + t128), d[4 * q], d[4 * q + 1], d[4 * q + 2], d[4 * q + 3]);
+        tc::mbarrier_arrive_cluster(reduce_full_bar + 8 * consumer, 0);
+        continue;
+      }
+      tc::mbarrier_wait_cluster(reduce_full_bar + 8 * consumer, round & 1);
+#pragma unroll
+      for (int q = 0; q < kAcc / 4; ++q) {
+        float4 v;
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                     : "r"(buffer + 16 * (q * 128 + t128))
+                     : "memory");
+        d[4 * q] += v.x;
+        d[4 * q + 1] += v.y;
+        d[4 * q + 2] += v.z;
+        d[4 * q + 3] += v.w;
+      }
+      if (t + groups < tiles) tc::mbarrier_arrive_cluster(reduce_empty_bar + 8 * consumer, 1);
+    }
 
     // Meanwhile the producer is already filling the released slots with the next tile's slices.
     if (map_c != nullptr) {
@@ -307,7 +377,7 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   }
   // The shared memory a TMA store reads must stay valid until it has been read (.read: the writes to
   // global memory need not have landed; they are complete when the grid is, as CUTLASS's epilogue assumes).
-  if (map_c != nullptr && tid % 128 == 0) tensor_core::tma_store_wait_read<0>();
+  if (map_c != nullptr && t128 == 0) tensor_core::tma_store_wait_read<0>();
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -3,8 +3,9 @@
 //
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major, every N/T layout.
 // Mapping: 384-thread CTAs (1 producer + 2 consumer warpgroups), 128 x 256, 128 x 128 or 128 x 64 tiles
-// (TmaTile), one CTA per SM (~225 KiB of shared memory); per tile or persistent, epilogue from
-// registers or by TMA stores (gemm_tma_cuda.h). Precision: FP16 operands,
+// (TmaTile), one CTA per SM (~225 KiB of shared memory), or for a split plan clusters of 2 CTAs that
+// share each tile's K (cudaLaunchKernelEx with a cluster dimension); per tile or persistent, epilogue
+// from registers or by TMA stores (gemm_tma_cuda.h). Precision: FP16 operands,
 // FP32 accumulation, FP32 or FP16 output.
 //
 // Tensor maps (tensor_map.h), one per operand, by where its K runs:
@@ -33,13 +34,13 @@
 namespace halfgrad::cuda::gemm_tma {
 namespace {
 
-template <bool kATrans, bool kBTrans, int kBN>
+template <bool kATrans, bool kBTrans, int kBN, int kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_c, bool tma_store, GemmProblem p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem[];
-  warp_specialized_gemm_block<kATrans, kBTrans, kBN>(p, &map_a, &map_b, tma_store ? &map_c : nullptr, smem);
+  warp_specialized_gemm_block<kATrans, kBTrans, kBN, kSplit>(p, &map_a, &map_b, tma_store ? &map_c : nullptr, smem);
 #elif defined(__CUDA_ARCH__)
   __trap();  // built without sm_90a: never launched (device_supported), loud if it were
 #endif
@@ -66,15 +67,31 @@ void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, 
   encode_tensor_map(map, m, op);
 }
 
-template <bool kATrans, bool kBTrans, int kBN>
+template <bool kATrans, bool kBTrans, int kBN, int kSplit>
 void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const char* op) {
-  constexpr int kSmem = TmaTile<kBN>::kSmemBytes;
-  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN>;
-  static const bool configured = [&] {
+  constexpr int kSmem = TmaTile<kBN, kSplit>::kSmemBytes;
+  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit>;
+  // Once per instantiation: the shared-memory opt-in and, for a split, how many 2-CTA clusters of
+  // this kernel can run at once (a cluster must fit in one GPC: fewer than #SMs / 2 may).
+  static const int max_groups = [&] {
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    return true;
+    if (kSplit == 1) return sm_count();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(sm_count()));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kSmem;
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = kSplit;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int clusters = 0;
+    HG_CUDA_CHECK(op, cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    return clusters;
   }();
-  (void)configured;
+  HG_CHECK(max_groups >= 1, op << ": no " << kSplit << "-CTA cluster of the TMA GEMM kernel fits on this GPU");
   CUtensorMap map_a, map_b;
   operand_maps(p, kATrans, kBTrans, kBN, &map_a, &map_b, op);
   CUtensorMap map_c = {};
@@ -91,9 +108,22 @@ void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const c
     m.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
     encode_tensor_map(&map_c, m, op);
   }
+  // A group is one CTA, or one cluster of kSplit CTAs that share a tile.
   const int64_t tiles = tile_count(p.M, p.N, kBN);
-  const int64_t ctas = schedule == Schedule::kPersistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
-  kernel<<<static_cast<unsigned>(ctas), kThreads, kSmem, stream()>>>(map_a, map_b, map_c, tma_store, p);
+  const int64_t groups = schedule == Schedule::kPersistent ? std::min<int64_t>(tiles, max_groups) : tiles;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(groups * kSplit));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream();
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kSplit;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = kSplit == 1 ? 0 : 1;
+  HG_CUDA_CHECK(op, cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_c, tma_store, p));
   HG_CUDA_LAUNCH_CHECK(op);
 }
 
@@ -107,19 +137,28 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
   return ((M + kBlockM - 1) / kBlockM) * ((N + tile_n - 1) / tile_n);
 }
 
-// The per-tile efficiencies of the narrow tiles relative to the 128 x 256 one (gemm_tma_cuda.h).
-constexpr double kEfficiency128 = 0.90;
-constexpr double kEfficiency64 = 0.75;
-int tile_width(int64_t M, int64_t N, int64_t sms) {
-  int best = 256;
+// The per-tile efficiencies of the narrow tiles relative to the 128 x 256 one, and the cost of a
+// split's reduction in slices (gemm_tma_cuda.h, tile_plan).
+constexpr double kEfficiency128 = 0.87;
+constexpr double kEfficiency64 = 0.60;
+constexpr double kReduceSlices = 1.0;
+constexpr int kMinSplitSlices = 8;
+
+TilePlan tile_plan(int64_t M, int64_t N, int64_t K, int64_t sms, int max_split) {
+  const int64_t k_tiles = (K + kBlockK - 1) / kBlockK;
+  const TilePlan candidates[] = {{256, 1}, {128, 1}, {64, 1}, {128, 2}, {64, 2}};
+  TilePlan best;
   double best_cost = INFINITY;
-  for (int w : {256, 128, 64}) {
-    const double efficiency = w == 256 ? 1.0 : w == 128 ? kEfficiency128 : kEfficiency64;
-    const int64_t waves = (tile_count(M, N, w) + sms - 1) / sms;
-    const double cost = static_cast<double>(waves) * w / efficiency;
+  for (const TilePlan& c : candidates) {
+    if (c.split > max_split || (c.split > 1 && k_tiles < kMinSplitSlices)) continue;
+    const double efficiency = c.width == 256 ? 1.0 : c.width == 128 ? kEfficiency128 : kEfficiency64;
+    const int64_t waves = (tile_count(M, N, c.width) * c.split + sms - 1) / sms;
+    const double per_unit = static_cast<double>(c.width) / efficiency / c.split;
+    const double reduce = c.split > 1 ? kReduceSlices / static_cast<double>(k_tiles / c.split) : 0.0;
+    const double cost = static_cast<double>(waves) * per_unit * (1.0 + reduce);
     if (cost < best_cost) {
       best_cost = cost;
-      best = w;
+      best = c;
     }
   }
   return best;
@@ -129,39 +168,47 @@ bool operands_supported(const GemmProblem& p) {
   return tensor_map_aligned(p.A, p.lda, 2) && tensor_map_aligned(p.B, p.ldb, 2);
 }
 
-void check_tile_width(int tile_n, const char* op) {
-  HG_CHECK(tile_n == 256 || tile_n == 128 || tile_n == 64,
-           op << ": the TMA GEMM's tile width is 256, 128 or 64 columns; got " << tile_n);
+void check_plan(TilePlan plan, const char* op) {
+  HG_CHECK((plan.width == 256 || plan.width == 128 || plan.width == 64) &&
+               (plan.split == 1 || (plan.split == 2 && plan.width <= 128)),
+           op << ": the TMA GEMM is built for 128 x 256, 128 x 128 and 128 x 64 tiles, the narrow two also with K "
+                 "split over 2 CTAs; got width "
+              << plan.width << ", split " << plan.split);
 }
 
 void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, CUtensorMap* map_a, CUtensorMap* map_b,
                   const char* op) {
-  check_tile_width(tile_n, op);
+  check_plan({tile_n, 1}, op);
   operand_map(map_a, p.A, p.M, p.K, p.lda, a_trans, kBlockM, op);
   operand_map(map_b, p.B, p.N, p.K, p.ldb, !b_trans, tile_n, op);
 }
 
 namespace {
 
-template <int kBN>
-void launch_width(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, Store store, const char* op) {
-  if (!a_trans && !b_trans) launch_layout<false, false, kBN>(p, schedule, store, op);
-  if (!a_trans && b_trans) launch_layout<false, true, kBN>(p, schedule, store, op);
-  if (a_trans && !b_trans) launch_layout<true, false, kBN>(p, schedule, store, op);
-  if (a_trans && b_trans) launch_layout<true, true, kBN>(p, schedule, store, op);
+template <int kBN, int kSplit>
+void launch_plan(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, Store store, const char* op) {
+  if (!a_trans && !b_trans) launch_layout<false, false, kBN, kSplit>(p, schedule, store, op);
+  if (!a_trans && b_trans) launch_layout<false, true, kBN, kSplit>(p, schedule, store, op);
+  if (a_trans && !b_trans) launch_layout<true, false, kBN, kSplit>(p, schedule, store, op);
+  if (a_trans && b_trans) launch_layout<true, true, kBN, kSplit>(p, schedule, store, op);
 }
 
 }  // namespace
 
 void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op, Store store,
-            int tile_n) {
+            TilePlan plan) {
   HG_CHECK(gemm_wgmma::device_supported(op), op << ": the TMA GEMM needs a compute capability 9.0 GPU");
   HG_CHECK(operands_supported(p), op << ": the TMA GEMM needs 16-byte aligned A and B and lda, ldb multiples of 8; got lda "
                                      << p.lda << ", ldb " << p.ldb);
-  check_tile_width(tile_n, op);
-  if (tile_n == 256) launch_width<256>(p, a_trans, b_trans, schedule, store, op);
-  if (tile_n == 128) launch_width<128>(p, a_trans, b_trans, schedule, store, op);
-  if (tile_n == 64) launch_width<64>(p, a_trans, b_trans, schedule, store, op);
+  check_plan(plan, op);
+  if (plan.split == 1) {
+    if (plan.width == 256) launch_plan<256, 1>(p, a_trans, b_trans, schedule, store, op);
+    if (plan.width == 128) launch_plan<128, 1>(p, a_trans, b_trans, schedule, store, op);
+    if (plan.width == 64) launch_plan<64, 1>(p, a_trans, b_trans, schedule, store, op);
+  } else {
+    if (plan.width == 128) launch_plan<128, 2>(p, a_trans, b_trans, schedule, store, op);
+    if (plan.width == 64) launch_plan<64, 2>(p, a_trans, b_trans, schedule, store, op);
+  }
 }
 
 }  // namespace halfgrad::cuda::gemm_tma

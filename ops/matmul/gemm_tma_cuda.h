@@ -32,23 +32,32 @@ bool tma_store_possible(const GemmProblem& p);
 /// Output tiles (128 x tile_n; tile_n 256, 128 or 64) of an M x N problem.
 int64_t tile_count(int64_t M, int64_t N, int tile_n = 256);
 
-/// The TMA kernel's tile width (256, 128 or 64 columns; 128 rows) for an M x N problem on `sms` SMs:
-/// gemm_f16's choice and rung 12 (bench/gemm/README.md). A persistent CTA takes ceil(tiles / sms)
-/// tiles in turn, and a tile of width w costs about w / efficiency(w) (the narrow tiles do the same
-/// MMAs with more barrier waits and operand bytes per FLOP), so the estimate is
-/// waves(w) * w / efficiency(w); the least wins, the wider on a tie. The efficiencies
-/// (gemm_tma_cuda.cu) are the narrow tiles' per-tile rates relative to the 256-wide one, from
-/// `gemm_bench --dispatch` on the H200.
-int tile_width(int64_t M, int64_t N, int64_t sms);
+/// The tile and the split of K one launch uses: 128 x width tiles (gemm_tma.cuh's TmaTile: width 256,
+/// 128 or 64) and split 1, or 2 (rung 13: the two CTAs of a cluster take the two halves of K of each
+/// tile; widths 128 and 64).
+struct TilePlan {
+  int width = 256;
+  int split = 1;
+};
 
-/// Throws halfgrad::Error naming op unless tile_n is a width the kernel is built for (256, 128, 64).
-void check_tile_width(int tile_n, const char* op);
+/// gemm_f16's plan for an M x N x K problem on `sms` SMs (rungs 12 and 13, bench/gemm/README.md).
+/// Each candidate (width w, split s) makes tiles(w) * s work units; a persistent CTA takes
+/// waves = ceil(units / sms) of them in turn, and a unit costs about w / efficiency(w) / s plus, when
+/// split, the cost of the partial's trip through distributed shared memory (about kReduceSlices of
+/// the unit's k_tiles / s slices). The least estimate wins, the earlier candidate on a tie (256 x 1
+/// first). The efficiencies and kReduceSlices (gemm_tma_cuda.cu) come from `gemm_bench --dispatch`
+/// on the H200. A split needs at least 8 slices of 64 along K; max_split 1 leaves it out (rung 12).
+TilePlan tile_plan(int64_t M, int64_t N, int64_t K, int64_t sms, int max_split = 2);
 
-/// Queues the kernel on stream() with 128 x tile_n tiles (gemm_tma.cuh's TmaTile: 256, 128 or 64).
-/// a_trans: A stored (K, M); b_trans: B stored (N, K). Needs gemm_wgmma::device_supported(),
-/// operands_supported(p) and a built tile width (checked: halfgrad::Error naming op).
+/// Throws halfgrad::Error naming op unless the plan is one the kernel is built for.
+void check_plan(TilePlan plan, const char* op);
+
+/// Queues the kernel on stream() with the plan's tiles and split. a_trans: A stored (K, M); b_trans: B
+/// stored (N, K). Needs gemm_wgmma::device_supported(), operands_supported(p) and a built plan
+/// (checked: halfgrad::Error naming op); a split plan also needs a 2-CTA cluster of the kernel to fit
+/// on the GPU (checked likewise).
 void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op,
-            Store store = Store::kRegisters, int tile_n = 256);
+            Store store = Store::kRegisters, TilePlan plan = {});
 
 /// The tensor maps of A and B as gemm_tma.cuh's tma_load_operand reads them into 64-wide K slices of
 /// 128 x tile_n tiles (128-byte swizzle; box 64 k x 128 (A) / tile_n (B) rows for a K-major operand,

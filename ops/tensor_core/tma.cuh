@@ -112,6 +112,47 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
+/// mbarrier_wait with acquire at cluster scope: for a barrier that threads of another CTA of the
+/// cluster arrive on (mbarrier_arrive_cluster) after writing this CTA's shared memory
+/// (st_cluster_v4): those writes are visible after it. Traps after kMbarrierWaitLimitNs, as
+/// mbarrier_wait.
+__device__ __forceinline__ bool mbarrier_try_wait_cluster(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ void mbarrier_wait_cluster(uint32_t bar, uint32_t parity) {
+  if (mbarrier_try_wait_cluster(bar, parity)) return;
+  const uint64_t start = global_timer_ns();
+  while (!mbarrier_try_wait_cluster(bar, parity)) {
+    if (global_timer_ns() - start > kMbarrierWaitLimitNs) __trap();
+  }
+}
+
+/// The shared::cluster address of `addr` (a shared::cta address of this CTA's layout) in CTA `cta` of
+/// the cluster (mapa): where st_cluster_v4 writes.
+__device__ __forceinline__ uint32_t cluster_address(uint32_t addr, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(cta));
+  return remote;
+}
+
+/// A 16-byte store into the shared memory of another CTA of the cluster (distributed shared memory);
+/// `remote` from cluster_address, 16-byte aligned. Ordered before a later mbarrier_arrive_cluster of
+/// this thread (its release), so the waiter that acquires sees it.
+__device__ __forceinline__ void st_cluster_v4(uint32_t remote, float a, float b, float c, float d) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(remote), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------
 // TMA (cp.async.bulk.tensor). `map` is the generic address of a CUtensorMap in parameter, constant
 // or global memory (a __grid_constant__ kernel parameter: &map). Coordinates are in elements,

@@ -1,10 +1,12 @@
 // gemm_f16 with each kernel family forced (ops/matmul/gemm_paths.h) against a double-precision CPU
 // product of the same FP16 operands: every family the automatic choice can take on sm_90 (the TMA
-// kernel on 128x256, 128x128 and 128x64 tiles, with register or TMA-store epilogues), mma.sync on
+// kernel on 128x256, 128x128 and 128x64 tiles, the narrow two also with K split over a 2-CTA cluster,
+// with register or TMA-store epilogues), mma.sync on
 // every GPU, all four N/T layouts, FP32 and FP16 output, alpha and beta. The shapes cut tiles at every
 // edge: M, N not multiples of 128 / 64 / 256, K not a multiple of the 64-wide slice (TMA zero-fills),
-// K = 8, a problem smaller than one tile, and one (1000 x 1000 x 1000, the size rung 12 is for) with
-// more tiles than SMs for the narrow widths only. A family that cannot run here (no sm_90) says why
+// K = 8 (a split's second CTA then has no slice), a problem smaller than one tile, and one (1000 x
+// 1000 x 1000, the size rungs 12 and 13 are for) where the split families' clusters walk several tiles
+// each (the reduce buffer handed back and forth). A family that cannot run here (no sm_90) says why
 // and the case checks the rest.
 #include <cmath>
 #include <cstring>
@@ -63,6 +65,9 @@ const char* path_name(GemmPath p) {
     case GemmPath::kTmaStore: return "tma_store (128x256)";
     case GemmPath::kTmaStore128: return "tma_store_128";
     case GemmPath::kTmaStore64: return "tma_store_64";
+    case GemmPath::kTmaSplit128: return "split_128 (K over a 2-CTA cluster)";
+    case GemmPath::kTmaSplit64: return "split_64 (K over a 2-CTA cluster)";
+    case GemmPath::kTmaPlanned: return "tma planned (tile_plan)";
     default: return "auto";
   }
 }
@@ -77,7 +82,8 @@ int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float 
   for (double v : want) scale = std::max(scale, std::fabs(v));
   int ran = 0;
   for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
-                        GemmPath::kTmaStore64, GemmPath::kAuto}) {
+                        GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPlanned,
+                        GemmPath::kAuto}) {
     Tensor out = c0.copy_to(Device::CUDA);
     GemmArgs g{c.M, c.N, c.K,
                static_cast<const uint16_t*>(a.device.raw_data()), at ? c.M : c.K, at ? GemmLayout::T : GemmLayout::N,
@@ -138,6 +144,30 @@ CUDA_TEST_CASE("gemm paths cuda alpha and beta (C read: register epilogue) on ev
     CHECK(check_case({257, 384, 72}, true, false, c_half, 2.f, 1.f, seed + 3) >= 2);
     seed += 6;
   }
+}
+
+#if defined(HALFGRAD_CUDA)
+namespace {
+/// The bits of C from one run of `path` on a fixed 1000^3 problem (FP32 out).
+std::vector<float> run_bits(GemmPath path, const Operand& a, const Operand& b) {
+  Tensor out = Tensor::zeros({1000, 1000}, kFloat32, Device::CUDA);
+  GemmArgs g{1000, 1000, 1000, static_cast<const uint16_t*>(a.device.raw_data()), 1000, GemmLayout::N,
+             static_cast<const uint16_t*>(b.device.raw_data()), 1000, GemmLayout::N, out.raw_data(), 1000, false};
+  const char* why = cuda::gemm_f16_on(g, path);
+  if (why != nullptr) MESSAGE("not run: " << why);
+  return out.to_float_vector();
+}
+}  // namespace
+#endif
+
+CUDA_TEST_CASE("gemm paths cuda the K-split families give the same bits on every run (fixed-order reduction)") {
+#if defined(HALFGRAD_CUDA)
+  const Operand a = make_operand(1000, 1000, 41), b = make_operand(1000, 1000, 42);
+  for (GemmPath path : {GemmPath::kTmaSplit128, GemmPath::kTmaSplit64}) {
+    const std::vector<float> first = run_bits(path, a, b), second = run_bits(path, a, b);
+    CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
+  }
+#endif
 }
 
 CUDA_TEST_CASE("gemm paths cuda 1000x1000x1000 (rung 12's problem: the narrow tiles' persistent walk) N/N and N/T") {
