@@ -23,7 +23,7 @@
 // ~0.9x cuBLAS; 1024 x 1024 x 16384 ~1.6x rung 12's 128 x 64 (0.72x -> ~1.0x).
 //
 // Edges: rung 11's; K and N multiples of 8 (TMA row strides). A cluster's second CTA with no slices
-// (K <= 64 would give it none: tile_plan splits only from 8 slices) contributes zeros.
+// (K <= 64 would give it none; tile_plan splits only from 64 slices) contributes zeros.
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/runtime.h"
 #include "ops/matmul/gemm_tma_cuda.h"
@@ -44,7 +44,7 @@ const char* gemm_split_k_cluster(const DenseGemm& g) {
   p.B = g.B;
   p.ldb = g.N;
   p.out = {g.C, g.N, 1.f, 0.f, false, true, true};
-  const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(g.M, g.N, g.K, cuda::sm_count());
+  const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(p, cuda::sm_count());
   cuda::gemm_tma::launch(p, false, false, cuda::gemm_tma::Schedule::kPersistent, op, cuda::gemm_tma::Store::kTma,
                          plan);
   return nullptr;

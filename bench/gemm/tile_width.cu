@@ -41,7 +41,7 @@ const char* gemm_tile_width(const DenseGemm& g) {
   p.B = g.B;
   p.ldb = g.N;
   p.out = {g.C, g.N, 1.f, 0.f, false, true, true};
-  const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(g.M, g.N, g.K, cuda::sm_count(), /*max_split=*/1);
+  const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(p, cuda::sm_count(), /*max_split=*/1);
   cuda::gemm_tma::launch(p, false, false, cuda::gemm_tma::Schedule::kPersistent, op, cuda::gemm_tma::Store::kTma,
                          plan);
   return nullptr;

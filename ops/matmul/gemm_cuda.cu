@@ -199,7 +199,7 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
       if (path == GemmPath::kTmaStore64) plan = {64, 1};
       if (path == GemmPath::kTmaSplit128) plan = {128, 2};
       if (path == GemmPath::kTmaSplit64) plan = {64, 2};
-      if (path == GemmPath::kTmaPlanned) plan = gemm_tma::tile_plan(p.M, p.N, p.K, sm_count());
+      if (path == GemmPath::kTmaPlanned) plan = gemm_tma::tile_plan(p, sm_count());
       gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op,
                        path == GemmPath::kTmaPersistent ? gemm_tma::Store::kRegisters : gemm_tma::Store::kTma, plan);
       return nullptr;

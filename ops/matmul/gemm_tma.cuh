@@ -378,6 +378,12 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   // The shared memory a TMA store reads must stay valid until it has been read (.read: the writes to
   // global memory need not have landed; they are complete when the grid is, as CUTLASS's epilogue assumes).
   if (map_c != nullptr && t128 == 0) tensor_core::tma_store_wait_read<0>();
+  // A split's CTAs touch each other's shared memory (partials, barrier arrivals): neither may exit
+  // while the other might still do so. The protocol above already orders every access before the
+  // owner's last wait, but compute-sanitizer's racecheck cannot see that through the mbarriers, and
+  // one cluster barrier per launch (the producers have exited: barrier.cluster waits for the
+  // non-exited threads only) costs nothing measurable.
+  if constexpr (kSplit == 2) tc::cluster_sync();
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

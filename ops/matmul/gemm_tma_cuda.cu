@@ -137,22 +137,40 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
   return ((M + kBlockM - 1) / kBlockM) * ((N + tile_n - 1) / tile_n);
 }
 
-// The per-tile efficiencies of the narrow tiles relative to the 128 x 256 one, and the cost of a
-// split's reduction in slices (gemm_tma_cuda.h, tile_plan).
+// The per-tile rates of the narrow tiles relative to the 128 x 256 one, the cost of a split's
+// reduction in slices, and the shortest K a split is tried on (gemm_tma_cuda.h, tile_plan), from
+// `gemm_bench --dispatch` on the H200 (bench/gemm/README.md, rungs 12 and 13):
+//   kEfficiency128, kEfficiency64: at 4096^3-8192^3, where every width fills the SMs, 128 x 128 ran at
+//     0.85-0.88 and 128 x 64 at 0.56-0.63 of 128 x 256's rate.
+//   kEfficiency64Unaligned: with rows of A or B not a multiple of 128 bytes, every 128-byte TMA box
+//     row straddles two lines (L2 traffic at 1000^3: 60 MB against 37 MB at 1024^3) and the 64-wide
+//     tile, which reads the most operand bytes per FLOP, loses most: 1000^3 ran at 0.71x cuBLAS
+//     against 0.79x for 128 x 128 (1024^3: 0.88x against 0.79x). 128 x 128 and 128 x 256 lost
+//     nothing measurable there.
+//   kReduceSlices: 4096^3 split in 2 (128 x 128, 32 slices per CTA) ran at 0.86 of the unsplit rate
+//     at twice the waves: the partial's trip costs about 5 slices.
+//   kMinSplitSlices: at 1000^3 (16 slices) the split lost (0.69x against 0.79x unsplit) where the
+//     model predicted a gain, at 1024 x 1024 x 16384 (256 slices) it won (0.91x against 0.70x); not
+//     measured in between, so splits are tried from 64 slices (K >= 4096).
 constexpr double kEfficiency128 = 0.87;
 constexpr double kEfficiency64 = 0.60;
-constexpr double kReduceSlices = 1.0;
-constexpr int kMinSplitSlices = 8;
+constexpr double kEfficiency64Unaligned = 0.39;
+constexpr double kReduceSlices = 5.3;
+constexpr int kMinSplitSlices = 64;
 
-TilePlan tile_plan(int64_t M, int64_t N, int64_t K, int64_t sms, int max_split) {
-  const int64_t k_tiles = (K + kBlockK - 1) / kBlockK;
+TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split) {
+  const int64_t k_tiles = (p.K + kBlockK - 1) / kBlockK;
+  const bool rows_aligned = p.lda % 64 == 0 && p.ldb % 64 == 0;  // 128-byte rows (64 halfs)
   const TilePlan candidates[] = {{256, 1}, {128, 1}, {64, 1}, {128, 2}, {64, 2}};
   TilePlan best;
   double best_cost = INFINITY;
   for (const TilePlan& c : candidates) {
     if (c.split > max_split || (c.split > 1 && k_tiles < kMinSplitSlices)) continue;
-    const double efficiency = c.width == 256 ? 1.0 : c.width == 128 ? kEfficiency128 : kEfficiency64;
-    const int64_t waves = (tile_count(M, N, c.width) * c.split + sms - 1) / sms;
+    const double efficiency = c.width == 256   ? 1.0
+                              : c.width == 128 ? kEfficiency128
+                              : rows_aligned   ? kEfficiency64
+                                               : kEfficiency64Unaligned;
+    const int64_t waves = (tile_count(p.M, p.N, c.width) * c.split + sms - 1) / sms;
     const double per_unit = static_cast<double>(c.width) / efficiency / c.split;
     const double reduce = c.split > 1 ? kReduceSlices / static_cast<double>(k_tiles / c.split) : 0.0;
     const double cost = static_cast<double>(waves) * per_unit * (1.0 + reduce);

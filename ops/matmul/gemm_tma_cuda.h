@@ -40,14 +40,15 @@ struct TilePlan {
   int split = 1;
 };
 
-/// gemm_f16's plan for an M x N x K problem on `sms` SMs (rungs 12 and 13, bench/gemm/README.md).
-/// Each candidate (width w, split s) makes tiles(w) * s work units; a persistent CTA takes
+/// gemm_f16's plan for problem p on `sms` SMs (rungs 12 and 13, bench/gemm/README.md). Each
+/// candidate (width w, split s) makes tiles(w) * s work units; a persistent CTA takes
 /// waves = ceil(units / sms) of them in turn, and a unit costs about w / efficiency(w) / s plus, when
-/// split, the cost of the partial's trip through distributed shared memory (about kReduceSlices of
-/// the unit's k_tiles / s slices). The least estimate wins, the earlier candidate on a tie (256 x 1
-/// first). The efficiencies and kReduceSlices (gemm_tma_cuda.cu) come from `gemm_bench --dispatch`
-/// on the H200. A split needs at least 8 slices of 64 along K; max_split 1 leaves it out (rung 12).
-TilePlan tile_plan(int64_t M, int64_t N, int64_t K, int64_t sms, int max_split = 2);
+/// split, the partial's trip through distributed shared memory (about kReduceSlices of the unit's
+/// k_tiles / s slices). The 64-wide tile's efficiency is lower when the rows of A or B are not a
+/// multiple of 128 bytes. The least estimate wins, the earlier candidate on a tie (256 x 1 first).
+/// The constants and their measurements are in gemm_tma_cuda.cu. A split is tried only from 64
+/// slices of 64 along K; max_split 1 leaves it out (rung 12).
+TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split = 2);
 
 /// Throws halfgrad::Error naming op unless the plan is one the kernel is built for.
 void check_plan(TilePlan plan, const char* op);
