@@ -19,6 +19,9 @@
 // estimated 0.75 of the per-tile rate, less the fixed cost of the launch and pipeline fill that does
 // not shrink; at 3072^3 (288 wide tiles: 2.2 waves, the last one 18% full) 128 x 128 (576 tiles,
 // 4.4 waves) ~+10%; at 4096^3 and 8192^3 the 256-wide tile is kept: no change.
+// Measured (H200, 2026-12-01, forced widths in --dispatch): 1000^3 0.60x -> 0.78x (128 wide; the
+// 64-wide tile 0.70x: rows of 2000 bytes double its L2 traffic), 1024^3 0.57x -> 0.90x (64 wide),
+// 3072^3 0.77x -> 0.81x (128), 1024 x 1024 x 16384 0.35x -> 0.72x (64); 4096^3 and up unchanged.
 //
 // Edges: rung 11's (TMA skips the parts of a box outside C); K and N multiples of 8 (TMA row strides).
 #include "bench/gemm/gemm_rungs.h"

@@ -1,10 +1,13 @@
 // gemm_tma.cuh - the device side of halfgrad's warp-specialised Hopper (sm_90a) FP16 GEMM: operands
 // brought into 128-byte-swizzled shared memory by TMA, a ring of pipeline slots guarded by full and
-// empty mbarriers, one producer warpgroup and two consumer warpgroups running wgmma.m64n256k16, and
-// (persistent launch) every CTA walking many output tiles. ops/matmul/gemm_tma_cuda.cu launches it
-// for gemm_f16 on sm_90; bench/gemm/warp_specialized.cu (one CTA per tile) and persistent.cu (one
-// CTA per SM) launch it as rungs 8 and 9 of the ladder, and tma_mbarrier_pipeline.cu (rung 7) uses
-// its TMA loads. Private to ops/matmul/ and bench/gemm/; compiled only for the sm_90a target.
+// empty mbarriers, one producer warpgroup and two consumer warpgroups running wgmma.m64n<w>k16 on
+// 128 x w tiles (w = 256, 128 or 64: TmaTile), (persistent launch) every CTA walking many output
+// tiles, and optionally K split over the two CTAs of a cluster (kSplit = 2: see
+// warp_specialized_gemm_block). ops/matmul/gemm_tma_cuda.cu launches it for gemm_f16 on sm_90;
+// bench/gemm/warp_specialized.cu (one CTA per tile), persistent.cu (one CTA per SM),
+// tma_store_epilogue.cu, tile_width.cu and split_k_cluster.cu launch it as rungs 8, 9 and 11-13 of the
+// ladder, and tma_mbarrier_pipeline.cu (rung 7) uses its TMA loads. Private to ops/matmul/ and
+// bench/gemm/; compiled only for the sm_90a target.
 //
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major (gemm_cuda.h).
 // FP16 operands, FP32 accumulation in the wgmma accumulator registers, alpha/beta and the FP32 or
@@ -21,8 +24,9 @@
 // outside the matrix, which is all the edge handling the loads need: M, N, K are any extents (the
 // TMA conditions are on the strides: 16-byte aligned bases and byte strides, tensor_map.h).
 //
-// Roles (kThreads = 384 = 3 warpgroups, one CTA per SM: 192 KiB of pipeline slots + 32 KiB of
-// TMA-store boxes):
+// Roles (kThreads = 384 = 3 warpgroups, one CTA per SM: 192 KiB of pipeline slots, or for a split
+// 128 / 160 KiB of slots + a 64 / 32 KiB reduce buffer, and 32 KiB of TMA-store boxes), described
+// for the 128 x 256 tile (a 128 x w tile has w / 2 accumulators and runs m64n<w>k16):
 //   warpgroup 0, producer: setmaxnreg.dec to 40 registers; one elected thread walks the CTA's tiles
 //     and their K slices, and for each slice waits for its slot's empty barrier, arms the slot's full
 //     barrier with the slice's byte count (arrive.expect_tx) and issues the TMA loads (1 box for a
