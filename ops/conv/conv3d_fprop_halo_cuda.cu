@@ -22,7 +22,7 @@
 // i holding rows y = 2i, 2i + 1 (row r of the tile: y = 2i + r / 8, x = r % 8). For each tap and each
 // 16-channel step of C the warp does one ldmatrix.x4 of A per m16 tile (lane l gives the address of
 // halo voxel (w + a, 2i + (l % 16) / 8 + b, l % 8 + e), channels 16 kc + 8 (l / 16): the tap is only a
-// different row address, a constant offset), one ldmatrix.x4 of B per pair of n8 columns, and
+// different row address, an offset common to all lanes), one ldmatrix.x4 of B per pair of n8 columns, and
 // 4 x N/8 mma.sync.m16n8k16. MMAs per tile: 32 m16 tiles x N/8 x 27 C/16 (16 -> 16: 1728).
 // Why 8^3: the halo costs (10/8)^3 = 1.95x the tile's voxels (4x8x8 would cost 2.34x), 8 warps keep
 // the 64-voxel slices whole, and 8 divides the U-Net's extents (64, 32, 16), so no lane idles there;
@@ -50,10 +50,11 @@
 // C = 1 (the first layer, K = 27): halo_direct_kernel, no Tensor Cores. Each thread computes 2 voxels
 // (z and z + 4, same y, x) x N outputs in FP32 FMAs from a float halo (1000 x 4 bytes) and float
 // weights [tap][N] read as broadcast float4 loads: 27 x N x 2 FMAs per 54 halo and 27 N/4 weight loads.
-// Chosen over padding K 27 -> 32 for the MMA because the MMA tile would be 84% zeros-in-K-free but 16 of
-// 16 lanes would build A fragments by scalar 2-byte shared loads (no ldmatrix row is 16 contiguous
-// bytes when C = 1); the direct kernel's 432 FMAs per voxel (N = 16) are ~50 us of FP32 issue for the
-// 4.2 M voxels of batch 16 at 64^3, below the time the ~25 MB of x and 134 MB of y take to move.
+// Chosen over padding K 27 -> 32 for the MMA: with one channel per voxel no ldmatrix row is 16
+// contiguous bytes of A, so every A fragment would be built from scalar 2-byte shared loads (8 per
+// lane per m16 x k16 fragment, against one ldmatrix), and the N = 16 MMA tile is narrow; and the
+// FMA work is small: 432 FMAs per voxel (N = 16) are ~14 us of FP32 issue for the 1 M voxels of
+// batch 4 at 64^3, below the ~9-25 us that x (2 MB) and y (34 MB) take to move plus the latency.
 //
 // Precision: 16-bit operands, products exact in FP32, FP32 accumulation (MMA registers or FMAs), bias
 // in FP32, one rounding to T (round to nearest even). The summation order is fixed by the code (taps in
@@ -61,9 +62,10 @@
 // every grid size; it differs from tc_igemm's order (32-wide K slices), so the two agree to the
 // rounding tolerance, not bit for bit.
 //
-// Predicted on H200 (bench/NOTES.md "Issue 11, item 5"): batch 16 at 64^3, 16 -> 16 fprop or dgrad
-// ~0.2 ms (shared-memory bound: 2 x 27 ldmatrix.x4 per 8 MMAs), 32 -> 16 ~0.35 ms, 16 -> 32 dgrad
-// ~0.35 ms, 1 -> 16 ~0.1 ms (the 134 MB output store). To be replaced by the measurement.
+// Predicted on H200 (bench/NOTES.md "Issue 11, item 5: halo fprop/dgrad (prediction)"), batch 4 at
+// 64^3 (the conv benchmark): 16 -> 16 fprop or dgrad 0.06-0.10 ms (shared-memory bound: per tile 8
+// warps x 27 taps x 5 ldmatrix.x4 against 1728 MMAs), 32 -> 16 fprop 0.10-0.16 ms, its dgrad (16 -> 32)
+// 0.07-0.12 ms, 1 -> 16 fprop 0.02-0.04 ms; about 4x each at batch 16. Not yet measured.
 #include <algorithm>
 #include <cstring>
 
