@@ -406,7 +406,8 @@ bool halo_conv_supported(const Gather& g, const Epilogue& e) {
   const bool channels = (g.c == 1 || g.c == 16 || g.c == 32) && (e.N == 16 || e.N == 32);
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vectors = aligned(e.out) && (g.c == 1 || aligned(g.src));  // 16-byte cp.async and stores
-  return cubic && same && channels && vectors && e.out_operand && !e.scatter;
+  const bool nonempty = g.M >= 1;  // an empty batch goes to tc_igemm, which names the problem
+  return cubic && same && channels && vectors && nonempty && e.out_operand && !e.scatter;
 }
 
 void tc_halo_conv(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const char* op) {

@@ -250,7 +250,7 @@ int wgrad_splits(int64_t M, int cout, int K, bool tensor_cores);
 // fprop / dgrad: the halo-tiled "same" 3x3x3 convolution (conv3d_fprop_halo_cuda.cu).
 /// Whether tc_halo_conv serves (g, e): kernel 3, stride 1, padding 1, dilation 1 on every axis (forward
 /// or transposed gather), g.c in {1, 16, 32} gathered channels, e.N in {16, 32} 16-bit output channels
-/// (out_operand), no scatter, e.out and (C > 1) g.src 16-byte aligned.
+/// (out_operand), no scatter, e.out and (C > 1) g.src 16-byte aligned, M >= 1.
 bool halo_conv_supported(const Gather& g, const Epilogue& e);
 /// The same C = A(g) * B^T (+ bias) as tc_igemm, B packed as for it, computed from halo tiles in shared
 /// memory (C = 16, 32: mma.sync; C = 1: FP32 FMAs). Throws halfgrad::Error where !halo_conv_supported or
