@@ -11,10 +11,13 @@
 //
 // Usage: conv3d_cuda_bench OUT.json [BATCH]   (BATCH 16 by default; torch_conv3d.py uses 4, so run
 // with 4 for a like-for-like ms ratio; TFLOP/s compare at any batch). Runtime ~10-30 s on an H200.
+// A third argument --implicit-gemm runs every layer on the implicit GEMM (tc_igemm) even where the
+// halo kernels would (ops/conv/conv_halo_path.h): the before/after of issue 11 item 5 in one call.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/conv/conv3d_cuda.h"
+#include "ops/conv/conv_halo_path.h"
 
 namespace halfgrad::cuda {
 cudaStream_t stream();  // core/cuda/check.cuh (a .cuh: not includable from host C++)
@@ -47,6 +51,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int64_t B = argc > 2 ? std::stoll(argv[2]) : 16;
+  const bool implicit_gemm_only = argc > 3 && std::string(argv[3]) == "--implicit-gemm";
+  if (argc > 3 && !implicit_gemm_only) {
+    std::cerr << "conv3d_cuda_bench: unknown option " << argv[3] << " (expected --implicit-gemm)\n";
+    return 2;
+  }
+  std::optional<ops::conv::ForceImplicitGemm> force;  // held for the whole run
+  if (implicit_gemm_only) {
+    force.emplace();
+    std::cout << "all layers on the implicit GEMM (--implicit-gemm)\n";
+  }
   std::cout << "device: " << cuda::device_description() << ", batch " << B << "\n";
   struct Layer {
     int64_t S, ci, co;

@@ -16,6 +16,7 @@
 #include "core/cuda/check.cuh"
 #include "core/cuda/tensor_access.cuh"
 #include "ops/conv/conv3d_cuda.h"
+#include "ops/conv/conv_halo_path.h"
 #include "ops/conv/conv_igemm.cuh"
 
 namespace halfgrad::ops::conv {
@@ -179,7 +180,12 @@ Tensor implicit_gemm_conv(const ConvGeometry& g, const Tensor& src, bool transpo
   const Tensor bc = bias.defined() ? (bias.dtype() == dt ? bias : bias.cast_copy(dt)) : Tensor();
   e.bias = bc.defined() ? bc.raw_data() : nullptr;
   e.N = as_int(out_shape[1], op, n_what);
-  run_igemm(ga, B, e, op);
+  // The "same" 3x3x3 layers of 16 or 32 channels: halo tiles (conv3d_fprop_halo_cuda.cu); else the implicit GEMM.
+  igemm::TcOperand type = igemm::TcOperand::Half;
+  if (halo_conv_applies(g, dt, transposed) && tensor_core_operand(dt, &type) && igemm::halo_conv_supported(ga, e))
+    igemm::tc_halo_conv(ga, type, B.raw_data(), as_int(B.size(1), op, "packed weight columns"), e, op);
+  else
+    run_igemm(ga, B, e, op);
   return out.format_copy(format);
 }
 

@@ -247,6 +247,16 @@ void simt_wgrad(const Gather& g, const float* dy, int cout, float* partial, int 
 /// The number of M-splits of a wgrad for this problem (about 4 blocks per SM, at least 512 rows each).
 int wgrad_splits(int64_t M, int cout, int K, bool tensor_cores);
 
+// fprop / dgrad: the halo-tiled "same" 3x3x3 convolution (conv3d_fprop_halo_cuda.cu).
+/// Whether tc_halo_conv serves (g, e): kernel 3, stride 1, padding 1, dilation 1 on every axis (forward
+/// or transposed gather), g.c in {1, 16, 32} gathered channels, e.N in {16, 32} 16-bit output channels
+/// (out_operand), no scatter, e.out and (C > 1) g.src 16-byte aligned, M >= 1.
+bool halo_conv_supported(const Gather& g, const Epilogue& e);
+/// The same C = A(g) * B^T (+ bias) as tc_igemm, B packed as for it, computed from halo tiles in shared
+/// memory (C = 16, 32: mma.sync; C = 1: FP32 FMAs). Throws halfgrad::Error where !halo_conv_supported or
+/// B is not 16-byte aligned.
+void tc_halo_conv(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const char* op);
+
 constexpr int kPadN = 128;  // B's rows are padded to a multiple of every kernel's block N
 constexpr int kPadK = 32;   // and its columns to a multiple of every kernel's block K
 
