@@ -36,6 +36,7 @@
 
 #include <algorithm>
 
+#include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_tma.cuh"
@@ -166,14 +167,7 @@ const char* gemm_cluster_multicast(const DenseGemm& g) {
   if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   if (gt::tiles_m(static_cast<int>(g.M)) % kClusterSize != 0) return "needs an even number of 128-row tile-rows";
-  cuda::gemm_tiles::GemmProblem p{};
-  p.M = static_cast<int>(g.M);
-  p.N = static_cast<int>(g.N);
-  p.K = static_cast<int>(g.K);
-  p.A = g.A;
-  p.lda = g.K;
-  p.B = g.B;
-  p.ldb = g.N;
+  const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   CUtensorMap map_a, map_b;
   gt::operand_maps(p, false, false, gt::kBlockN, &map_a, &map_b, op);
   static const int max_clusters = [&] {

@@ -23,6 +23,7 @@
 //
 // Edges: predicated cp.async (zero-fill past M, N, K); this launcher takes the 16-byte path only,
 // so it needs K and N multiples of 8 - the production gemm_f16 also has the scalar-load path.
+#include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_mma_tiles.cuh"
@@ -50,15 +51,7 @@ const char* gemm_mma_warp_tiled(const DenseGemm& g) {
     return true;
   }();
   (void)configured;
-  GemmProblem p;
-  p.M = static_cast<int>(g.M);
-  p.N = static_cast<int>(g.N);
-  p.K = static_cast<int>(g.K);
-  p.A = g.A;
-  p.lda = g.K;
-  p.B = g.B;
-  p.ldb = g.N;
-  p.out = {g.C, g.N, 1.f, 0.f, false, g.N % 2 == 0, g.N % 4 == 0};
+  const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   const int64_t blocks = ((g.M + S::kBlockM - 1) / S::kBlockM) * ((g.N + S::kBlockN - 1) / S::kBlockN);
   mma_warp_tiled_kernel<<<static_cast<unsigned>(blocks), S::kThreads, S::kSmemBytes, cuda::stream()>>>(p);
   HG_CUDA_LAUNCH_CHECK("mma_warp_tiled");

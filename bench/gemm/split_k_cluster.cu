@@ -27,6 +27,7 @@
 //
 // Edges: rung 11's; K and N multiples of 8 (TMA row strides). A cluster's second CTA with no slices
 // (K <= 64 would give it none; tile_plan splits only from 64 slices) contributes zeros.
+#include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/runtime.h"
 #include "ops/matmul/gemm_tma_cuda.h"
@@ -38,15 +39,7 @@ const char* gemm_split_k_cluster(const DenseGemm& g) {
   const char* op = "split_k_cluster";
   if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
-  cuda::gemm_tiles::GemmProblem p{};
-  p.M = static_cast<int>(g.M);
-  p.N = static_cast<int>(g.N);
-  p.K = static_cast<int>(g.K);
-  p.A = g.A;
-  p.lda = g.K;
-  p.B = g.B;
-  p.ldb = g.N;
-  p.out = {g.C, g.N, 1.f, 0.f, false, true, true};
+  const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(p, cuda::sm_count());
   cuda::gemm_tma::launch(p, false, false, cuda::gemm_tma::Schedule::kPersistent, op, cuda::gemm_tma::Store::kTma,
                          plan);

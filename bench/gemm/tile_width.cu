@@ -24,6 +24,7 @@
 // 3072^3 0.77x -> 0.81x (128), 1024 x 1024 x 16384 0.35x -> 0.72x (64); 4096^3 and up unchanged.
 //
 // Edges: rung 11's (TMA skips the parts of a box outside C); K and N multiples of 8 (TMA row strides).
+#include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/runtime.h"
 #include "ops/matmul/gemm_tma_cuda.h"
@@ -35,15 +36,7 @@ const char* gemm_tile_width(const DenseGemm& g) {
   const char* op = "tile_width";
   if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
-  cuda::gemm_tiles::GemmProblem p{};
-  p.M = static_cast<int>(g.M);
-  p.N = static_cast<int>(g.N);
-  p.K = static_cast<int>(g.K);
-  p.A = g.A;
-  p.lda = g.K;
-  p.B = g.B;
-  p.ldb = g.N;
-  p.out = {g.C, g.N, 1.f, 0.f, false, true, true};
+  const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(p, cuda::sm_count(), /*max_split=*/1);
   cuda::gemm_tma::launch(p, false, false, cuda::gemm_tma::Schedule::kPersistent, op, cuda::gemm_tma::Store::kTma,
                          plan);

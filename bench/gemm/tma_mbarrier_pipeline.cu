@@ -33,6 +33,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_tma.cuh"
@@ -134,14 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 const char* gemm_tma_mbarrier_pipeline(const DenseGemm& g) {
   if (!cuda::gemm_wgmma::device_supported("tma_mbarrier_pipeline")) return "needs an sm_90 GPU (wgmma, TMA)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
-  cuda::gemm_tiles::GemmProblem p{};
-  p.M = static_cast<int>(g.M);
-  p.N = static_cast<int>(g.N);
-  p.K = static_cast<int>(g.K);
-  p.A = g.A;
-  p.lda = g.K;
-  p.B = g.B;
-  p.ldb = g.N;
+  const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   CUtensorMap map_a, map_b;
   gt::operand_maps(p, false, false, gt::kBlockN, &map_a, &map_b, "tma_mbarrier_pipeline");
   static const bool configured = [] {

@@ -23,6 +23,7 @@
 // (--dispatch) 0.97-1.03x at 4096^3 and 8192^3 for FP32 and FP16 output.
 //
 // Edges: TMA skips the parts of a box outside C; K and N multiples of 8 (TMA row strides).
+#include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "ops/matmul/gemm_tma_cuda.h"
 #include "ops/matmul/gemm_wgmma_cuda.h"
@@ -33,15 +34,7 @@ const char* gemm_tma_store_epilogue(const DenseGemm& g) {
   const char* op = "tma_store_epilogue";
   if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
-  cuda::gemm_tiles::GemmProblem p{};
-  p.M = static_cast<int>(g.M);
-  p.N = static_cast<int>(g.N);
-  p.K = static_cast<int>(g.K);
-  p.A = g.A;
-  p.lda = g.K;
-  p.B = g.B;
-  p.ldb = g.N;
-  p.out = {g.C, g.N, 1.f, 0.f, false, true, true};
+  const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   cuda::gemm_tma::launch(p, false, false, cuda::gemm_tma::Schedule::kPersistent, op, cuda::gemm_tma::Store::kTma);
   return nullptr;
 }

@@ -23,6 +23,7 @@
 // Measured (H200, 2026-12-01): 682 TFLOP/s at 4096^3, 0.93x cuBLAS.
 //
 // Edges: any M, N, K (TMA zero-fills); K and N multiples of 8 (TMA row strides of 16 bytes).
+#include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "ops/matmul/gemm_tma_cuda.h"
 #include "ops/matmul/gemm_wgmma_cuda.h"
@@ -33,15 +34,7 @@ namespace halfgrad::bench {
 const char* gemm_tma_schedule(const DenseGemm& g, cuda::gemm_tma::Schedule schedule, const char* name) {
   if (!cuda::gemm_wgmma::device_supported(name)) return "needs an sm_90 GPU (wgmma, TMA)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
-  cuda::gemm_tiles::GemmProblem p{};
-  p.M = static_cast<int>(g.M);
-  p.N = static_cast<int>(g.N);
-  p.K = static_cast<int>(g.K);
-  p.A = g.A;
-  p.lda = g.K;
-  p.B = g.B;
-  p.ldb = g.N;
-  p.out = {g.C, g.N, 1.f, 0.f, false, g.N % 2 == 0, g.N % 4 == 0};
+  const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   cuda::gemm_tma::launch(p, false, false, schedule, name);
   return nullptr;
 }

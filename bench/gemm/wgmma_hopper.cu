@@ -29,6 +29,7 @@
 // Edges: predicated cp.async (zero-fill past M, N, K) and stores; needs M, N, K multiples of 8.
 #include <cuda_runtime.h>
 
+#include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_wgmma_cuda.h"
@@ -38,15 +39,7 @@ namespace halfgrad::bench {
 const char* gemm_wgmma_hopper(const DenseGemm& g) {
   if (!cuda::gemm_wgmma::device_supported("wgmma_hopper")) return "needs an sm_90 GPU (wgmma)";
   if (g.M % 8 != 0 || g.N % 8 != 0 || g.K % 8 != 0) return "needs M, N, K multiples of 8";
-  cuda::gemm_tiles::GemmProblem p;
-  p.M = static_cast<int>(g.M);
-  p.N = static_cast<int>(g.N);
-  p.K = static_cast<int>(g.K);
-  p.A = g.A;
-  p.lda = g.K;
-  p.B = g.B;
-  p.ldb = g.N;
-  p.out = {g.C, g.N, 1.f, 0.f, false, g.N % 2 == 0, g.N % 4 == 0};
+  const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   cuda::gemm_wgmma::launch(p, false, false, "wgmma_hopper");
   return nullptr;
 }
