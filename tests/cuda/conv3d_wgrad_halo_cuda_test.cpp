@@ -23,6 +23,7 @@
 #include "tests/cuda/cuda_test.h"
 
 #ifdef HALFGRAD_CUDA
+#include "ops/conv/conv3d_cuda.h"
 #include "ops/conv/conv3d_wgrad_paths.h"
 #endif
 
