@@ -157,3 +157,29 @@ CUDA_TEST_CASE("conv3d wgrad halo cuda: unsupported problems take the implicit G
               {"conv3d backward (weight gradient)", "halo wgrad", "float32"});
 #endif
 }
+
+CUDA_TEST_CASE("conv_transpose3d cuda f16/bf16 NDHWC k3 s1 p1 16->8: the weight gradient with x and dy swapped runs the halo kernel, vs CPU float64") {
+#ifdef HALFGRAD_CUDA
+  // conv_transpose3d's dw is wgrad of its adjoint conv3d G (Cin_G = 8 = Cout_t, Cout_G = 16 = Cin_t)
+  // with its output gradient as G's input (conv3d.cpp): the same "same" 3x3x3 geometry.
+  REQUIRE(ops::conv::cuda_conv3d_wgrad_auto_path(ops::conv::make_geometry(2, 8, 16, 5, 6, 7, 3, 1, 1), kFloat16) ==
+          WgradPath::kHalo);
+  const Tensor x0 = random_tensor({2, 16, 5, 6, 7}, 71);
+  const Tensor w0 = random_tensor({16, 8, 3, 3, 3}, 72, kFloat32, 0.3);
+  const Tensor gy0 = random_tensor({2, 8, 5, 6, 7}, 73);
+  const auto p = ops::Conv3dParams().padding(1);
+  for (Dtype dt : {kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(dt));
+    auto as_seen = [&](const Tensor& t) { return t.cast_copy(dt).cast_copy(kFloat64); };
+    Tensor wr = as_seen(w0);
+    wr.set_requires_grad(true);
+    ops::conv_transpose3d(as_seen(x0), wr, Tensor(), p).backward(as_seen(gy0));
+    Tensor w = to_cuda(w0.cast_copy(dt));
+    w.set_requires_grad(true);
+    ops::conv_transpose3d(to_cuda(x0.cast_copy(dt), MemoryFormat::ChannelsLast3d), w, Tensor(), p)
+        .backward(to_cuda(gy0.cast_copy(dt), MemoryFormat::ChannelsLast3d));
+    const double tol = dt == kBFloat16 ? 2e-2 : 3e-3;
+    CHECK_MESSAGE(rel_error(w.grad(), wr.grad()) < tol, dtype_name(dt) << " dw: " << rel_error(w.grad(), wr.grad()));
+  }
+#endif
+}
