@@ -76,22 +76,25 @@ def generic(x,dy,cinpad,coutpad):
                 xs[hv*rowx+c]= x[p][c] if (p is not None and c<cin) else 0.0
         dys=load_dy(dy,o,rowdy,coutpad)
         for warp in range(9):
-            ta,tb=warp//3,warp%3
-            for ks in range(16):
-                a=[]
-                for i in range(mmam):
-                    a.append(ldm_x4_trans(dys,[(ks*16+(l//16)*8+l%8)*rowdy+i*16+((l//8)%2)*8 for l in range(32)]))
-                step=(ks//4)*HY*HX+(ks%4)*2*HX
-                for e in range(3):
+            tb,te=warp//3,warp%3
+            for yp in range(4):
+                a={}
+                for z in range(4):
+                    for i in range(mmam):
+                        a[z,i]=ldm_x4_trans(dys,[((z*4+yp)*16+(l//16)*8+l%8)*rowdy+i*16+((l//8)%2)*8 for l in range(32)])
+                for hz in range(HZ):
                     for nb in range(0,mman,2):
-                        addrs=[((ta*HY+((l//8)%2)+tb)*HX+l%8+step+e)*rowx+(l//16)*8+nb*8 for l in range(32)]
+                        addrs=[((((l//8)%2)+tb)*HX+l%8+te+hz*HY*HX+yp*2*HX)*rowx+(l//16)*8+nb*8 for l in range(32)]
                         r=ldm_x4_trans(xs,addrs)
                         b0=[(r[l][0],r[l][1]) for l in range(32)]; b1=[(r[l][2],r[l][3]) for l in range(32)]
-                        for i in range(mmam):
-                            accv=[list(acc[warp,e,i,nb,l]) for l in range(32)]
-                            mma(accv,a[i],b0); acc[warp,e,i,nb]=np.array(accv)
-                            accv=[list(acc[warp,e,i,nb+1,l]) for l in range(32)]
-                            mma(accv,a[i],b1); acc[warp,e,i,nb+1]=np.array(accv)
+                        for ta in range(3):
+                            z=hz-ta
+                            if z<0 or z>=4: continue
+                            for i in range(mmam):
+                                accv=[list(acc[warp,ta,i,nb,l]) for l in range(32)]
+                                mma(accv,a[z,i],b0); acc[warp,ta,i,nb]=np.array(accv)
+                                accv=[list(acc[warp,ta,i,nb+1,l]) for l in range(32)]
+                                mma(accv,a[z,i],b1); acc[warp,ta,i,nb+1]=np.array(accv)
     K=27*cin; out=np.full((cout,K),np.nan)
     for warp in range(9):
         for e in range(3):
@@ -99,7 +102,7 @@ def generic(x,dy,cinpad,coutpad):
                 for nb in range(mman):
                     for l in range(32):
                         for r in range(4):
-                            co=i*16+l//4+(r//2)*8; ci=nb*8+(l%4)*2+r%2; tap=warp*3+e
+                            co=i*16+l//4+(r//2)*8; ci=nb*8+(l%4)*2+r%2; tap=9*e+3*(warp//3)+warp%3
                             if co<cout and ci<cin: out[co,tap*cin+ci]=acc[warp,e,i,nb,l,r]
     return out
 

@@ -19,12 +19,15 @@
 // are zeros in dy and so add nothing.
 //
 // Parallel mapping (Cin a multiple of 8): blocks are persistent over a contiguous range of the tiles
-// (split s of `splits` = one block), 9 warps (288 threads). Warp w owns the three taps (a, b) =
-// (w / 3, w % 3), e = 0..2 and keeps their accumulators (3 x Cout x Cin FP32, e.g. 24 registers at
-// 16 x 16) in registers across all its tiles. Per k-step (16 voxels: two y rows of 8 x at one z) the
-// warp loads dy's fragment (A = dy^T, Cout x 16 voxels) once with ldmatrix.x4.trans and, for each of
-// its taps, x's fragment (B = 16 shifted voxels x Cin) with ldmatrix.x4.trans at row addresses moved
-// by the tap's shift: mma.sync m16n8k16, M = Cout (16 rows per MMA), N = Cin (8 per MMA), K = voxels.
+// (split s of `splits` = one block), 9 warps (288 threads). Warp w owns the three taps (a, b, e) =
+// (0..2, w / 3, w % 3) (the three depth offsets of one in-plane offset) and keeps their accumulators
+// (3 x Cout x Cin FP32, e.g. 24 registers at 16 x 16) in registers across all its tiles. The MMA is
+// mma.sync m16n8k16 with M = Cout (16 rows per MMA), N = Cin (8 per MMA), K = 16 voxels: two y rows of
+// 8 x at one z. For each y pair the warp loads dy's fragments (A = dy^T) of the 4 planes z with
+// ldmatrix.x4.trans, then walks the 6 halo planes hz: x's fragment there (B = 16 shifted voxels x
+// Cin, ldmatrix.x4.trans at row addresses moved by (b, e)) is the B of tap a at plane z = hz - a for
+// every a with 0 <= z < 4, so one B load feeds up to three taps (24 B loads per warp and tile instead
+// of 48; the shared-memory reads are this kernel's limit, bench/NOTES.md).
 // Operands are padded at compile time to Cout, Cin in {16, 32} (zeros in shared memory for channels
 // past the real count; those accumulators are not written), so Cin, Cout in {8, 16, 24, 32} run on
 // 4 instantiations per operand type.
@@ -38,15 +41,17 @@
 //
 // Cin = 1 (the first layer, K = 27): N = Cin does not map onto the MMA, so N = taps instead: B (voxel,
 // tap) = halo[voxel shifted by tap], 27 taps padded to 32 (4 n8 blocks; the padding taps are zeros),
-// fragments built from scalar 16-bit shared loads (each lane needs 2 voxels x 2 k-halves per n8
-// block: 8 scalar loads per MMA pair, cheap next to the 16 bytes of dy per voxel the layer must read).
+// fragments built from scalar 16-bit shared loads (per n8 block a lane needs 2 voxels in each of the
+// two k halves: 4 scalar loads per MMA at Cout = 16, cheap next to the 32 bytes of dy per voxel the
+// layer must read).
 // 8 warps (256 threads); warp w takes k-steps w and w + 8 of every tile with all 27 taps (16 or 32
 // accumulator registers), and the 8 warps' partials are added in shared memory in warp order at the
 // end (deterministic). The halo (600 scalars) is loaded through registers (2-byte voxels cannot
 // cp.async): tile t + 1's values are read before tile t is multiplied and stored after it.
 // Why the MMA and not an FP32 direct kernel: a direct kernel does 27 * Cout FMAs per voxel (432 at
-// Cout = 16, 1.8 GFMA for the layer: ~30-60 us of FFMA at realistic issue rates), the MMA form ~16x
-// fewer instructions, so this layer's time is dy's read (134 MB at 16 x 64^3 x 16: ~35 us), not math.
+// Cout = 16: 1.8 GFMA for the layer, 57 us at the H200's FP32 peak of ~32 TFMA/s, more in practice,
+// plus a reduction over the voxels), the MMA form ~16x fewer instructions, so this layer's time is
+// dy's read (134 MB at 16 x 64^3 x 16 channels: ~35 us at 4 TB/s), not math.
 //
 // Shared memory (16-bit words): halo[stage] (600, kRowX) and dy[stage] (256, kRowDy), voxel-major
 // with channels contiguous; kRowX = CinPad + 8, kRowDy = CoutPad + 8 (Cin = 1: halo (600) scalars).
@@ -61,8 +66,8 @@
 // dtype: the same as tc_wgrad; results differ from it only by the order of the FP32 sums. As there, a
 // non-finite dy times a padding zero is NaN (the GradScaler skips such steps).
 //
-// Predicted on H200 (bench/NOTES.md "Issue 11, item 5"): 16->16 at 16 x 64^3 ~0.2-0.3 ms (from
-// 2.3 ms), 32->16 ~0.35-0.5 ms, 1->16 ~0.05-0.08 ms.
+// Predicted on H200 (bench/NOTES.md "Issue 11, item 5: halo wgrad (prediction)"), batch 16 at 64^3:
+// 16->16 0.15-0.22 ms (from ~2.2 ms), 32->16 0.25-0.40 ms (from 4.0 ms), 1->16 0.05-0.09 ms (from 2.76 ms).
 #include <algorithm>
 
 #include "core/cuda/check.cuh"
@@ -99,6 +104,10 @@ struct HaloTile : HaloGeometry {
   static constexpr int kRowX = padded_row(kCinPad), kRowDy = padded_row(kCoutPad);
   static constexpr int kStageHalfs = kHalo * kRowX + kVoxels * kRowDy;
   static constexpr int kSmemBytes = kStages * kStageHalfs * 2;
+  // Two blocks per SM where their shared memory fits (228 KiB per SM, 1 KiB reserved per block):
+  // __launch_bounds__ then caps the registers at 65536 / (2 * 288) = 113 (Cin/Cout 16/32 needs 116
+  // unbounded; 16/16 70). The Cin = 32 tiles are held to one block by shared memory anyway.
+  static constexpr int kMinBlocks = 2 * (kSmemBytes + 1024) <= 228 * 1024 ? 2 : 1;
   static constexpr int kMmaM = kCoutPad / kInstrM, kMmaN = kCinPad / kInstrN;
   static constexpr int kChunksX = kCinPad / 8, kChunksDy = kCoutPad / 8;  // 16-byte chunks per row
 };
@@ -183,7 +192,7 @@ __device__ __forceinline__ void load_tile(const HaloArgs<T>& p, int t, T* stage)
 }
 
 template <class Cfg, typename T>
-__global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_kernel(HaloArgs<T> p) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) halo_wgrad_kernel(HaloArgs<T> p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -203,10 +212,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_kernel(HaloArgs<T> p
   // the k-step and channels ((lane / 8) % 2) * 8 + 0..7 (conv3d_wgrad_cuda.cu's addressing). B (x):
   // voxel vl = ((lane / 8) % 2) * 8 + lane % 8 of the k-step (y row vl / 8, x = vl % 8), channels
   // (lane / 16) * 8 + 0..7; its halo row for tap (a, b, e) is that voxel moved by (a, b, e) in the
-  // halo, the warp's (a, b) folded in here and e added per tap.
+  // halo. The warp's taps are (a, tb, te), a = 0..2 (file comment), so (tb, te) is folded in here;
+  // the halo plane hz = z + a and the y pair are added in the loop.
   const int a_row = (lane / 16) * 8 + lane % 8, a_col = ((lane / 8) % 2) * 8;
-  const int ta = warp / 3, tb = warp % 3;  // the warp's taps: (ta, tb, e), e = 0..2
-  const int b_row = (ta * Cfg::kHy + ((lane / 8) % 2) + tb) * Cfg::kHx + lane % 8, b_col = (lane / 16) * 8;
+  const int tb = warp / 3, te = warp % 3;
+  const int b_row = (((lane / 8) % 2) + tb) * Cfg::kHx + lane % 8 + te, b_col = (lane / 16) * 8;
 
   if (t_begin < t_end) load_tile<Cfg>(p, t_begin, smem);
   cp_async_commit();
@@ -218,16 +228,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_kernel(HaloArgs<T> p
     const T* xs = smem + s * Cfg::kStageHalfs;
     const T* dys = xs + Cfg::kHalo * Cfg::kRowX;
 #pragma unroll
-    for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
-      // k-step ks: voxels 16 ks .. 16 ks + 15 = z ks / 4, y rows 2 (ks % 4) and + 1, x 0..7.
-      uint32_t a[Cfg::kMmaM][4];
+    for (int yp = 0; yp < Cfg::kStepsPerZ; ++yp) {
+      // The y pair yp (tile rows 2 yp, 2 yp + 1) at every z: k-steps ks = z * kStepsPerZ + yp.
+      uint32_t a[Cfg::kTz][Cfg::kMmaM][4];
 #pragma unroll
-      for (int i = 0; i < Cfg::kMmaM; ++i)
-        ldmatrix_x4_trans(a[i], dys + (ks * kInstrK + a_row) * Cfg::kRowDy + i * kInstrM + a_col);
-      const int step_row = (ks / Cfg::kStepsPerZ) * Cfg::kHy * Cfg::kHx + (ks % Cfg::kStepsPerZ) * 2 * Cfg::kHx;
+      for (int z = 0; z < Cfg::kTz; ++z)
 #pragma unroll
-      for (int e = 0; e < Cfg::kTapsPerWarp; ++e) {
-        const T* xrow = xs + (b_row + step_row + e) * Cfg::kRowX + b_col;
+        for (int i = 0; i < Cfg::kMmaM; ++i)
+          ldmatrix_x4_trans(a[z][i], dys + ((z * Cfg::kStepsPerZ + yp) * kInstrK + a_row) * Cfg::kRowDy + i * kInstrM + a_col);
+      // Halo plane hz serves tap a at tile plane z = hz - a: one B fragment, up to three taps.
+#pragma unroll
+      for (int hz = 0; hz < Cfg::kHz; ++hz) {
+        const T* xrow = xs + (b_row + hz * Cfg::kHy * Cfg::kHx + yp * 2 * Cfg::kHx) * Cfg::kRowX + b_col;
 #pragma unroll
         for (int n = 0; n < Cfg::kMmaN; n += 2) {
           uint32_t r[4], b0[2], b1[2];
@@ -237,9 +249,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_kernel(HaloArgs<T> p
           b1[0] = r[2];
           b1[1] = r[3];
 #pragma unroll
-          for (int i = 0; i < Cfg::kMmaM; ++i) {
-            mma_m16n8k16<T>(acc[e][i][n], a[i], b0);
-            mma_m16n8k16<T>(acc[e][i][n + 1], a[i], b1);
+          for (int ta = 0; ta < Cfg::kTapsPerWarp; ++ta) {
+            const int z = hz - ta;
+            if (z < 0 || z >= Cfg::kTz) continue;  // compile-time after unrolling
+#pragma unroll
+            for (int i = 0; i < Cfg::kMmaM; ++i) {
+              mma_m16n8k16<T>(acc[ta][i][n], a[z][i], b0);
+              mma_m16n8k16<T>(acc[ta][i][n + 1], a[z][i], b1);
+            }
           }
         }
       }
@@ -251,7 +268,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_kernel(HaloArgs<T> p
   const int K = 27 * p.cin;
   float* out = p.partial + static_cast<int64_t>(blockIdx.x) * p.cout * K;
 #pragma unroll
-  for (int e = 0; e < Cfg::kTapsPerWarp; ++e)
+  for (int ta = 0; ta < Cfg::kTapsPerWarp; ++ta)
 #pragma unroll
     for (int i = 0; i < Cfg::kMmaM; ++i)
 #pragma unroll
@@ -260,8 +277,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_kernel(HaloArgs<T> p
         for (int r = 0; r < 4; ++r) {
           const int co = i * kInstrM + lane / 4 + (r / 2) * 8;
           const int ci = n * kInstrN + (lane % 4) * 2 + r % 2;
-          const int tap = warp * Cfg::kTapsPerWarp + e;
-          if (co < p.cout && ci < p.cin) out[static_cast<int64_t>(co) * K + tap * p.cin + ci] = acc[e][i][n][r];
+          const int tap = 9 * ta + 3 * tb + te;  // (a, b, e) = (ta, tb, te)
+          if (co < p.cout && ci < p.cin) out[static_cast<int64_t>(co) * K + tap * p.cin + ci] = acc[ta][i][n][r];
         }
 }
 
