@@ -32,7 +32,7 @@ Tensor cuda_conv3d_fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w
 /// correct, s x the MMAs per such axis).
 Tensor cuda_conv3d_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, MemoryFormat format);
 /// dw (Cout, Cin, kd, kh, kw) in `w_format` from x (N, Cin, D, H, W) and dy (N, Cout, Do, Ho, Wo).
-/// FP16/BF16 3x3x3 stride-1 padding-1 convolutions with Cin 1 or 8..32 and Cout 8..32 (multiples of 8)
+/// FP16/BF16 3x3x3 stride-1 undilated padding-1 convolutions with Cin 1 or 8..32 and Cout 8..32 (multiples of 8)
 /// run the halo kernel, everything else the implicit GEMM (conv3d_wgrad_paths.h).
 Tensor cuda_conv3d_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, MemoryFormat w_format);
 /// conv_transpose3d's y (N, Cout_t, ...) = dgrad_G(x, w) + b, x (N, Cin_t, ...), w (Cin_t, Cout_t, kd, kh, kw).

@@ -12,7 +12,7 @@ namespace halfgrad::ops::conv {
 enum class WgradPath {
   kAuto,          // cuda_conv3d_wgrad's own choice: kHalo where it applies (16-bit, supported geometry), else kImplicitGemm
   kImplicitGemm,  // tc_wgrad (FP16/BF16) or simt_wgrad (FP32): every geometry
-  kHalo,          // halo_wgrad: FP16/BF16, 3x3x3 stride 1 padding 1, Cin 1 or 8..32 (multiple of 8), Cout 8..32 (multiple of 8)
+  kHalo,          // halo_wgrad: FP16/BF16, 3x3x3 stride 1 dilation 1 padding 1, Cin 1 or 8..32 (multiple of 8), Cout 8..32 (multiple of 8)
 };
 
 /// cuda_conv3d_wgrad(g, x, dy, w_format) on the given path. Checks its arguments as cuda_conv3d_wgrad
