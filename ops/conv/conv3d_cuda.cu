@@ -16,6 +16,7 @@
 #include "core/cuda/check.cuh"
 #include "core/cuda/tensor_access.cuh"
 #include "ops/conv/conv3d_cuda.h"
+#include "ops/conv/conv3d_wgrad_paths.h"
 #include "ops/conv/conv_halo_path.h"
 #include "ops/conv/conv_igemm.cuh"
 
@@ -211,6 +212,26 @@ Tensor cuda_conv3d_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& 
 }
 
 Tensor cuda_conv3d_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, MemoryFormat w_format) {
+  return cuda_conv3d_wgrad_on(g, x, dy, w_format, WgradPath::kAuto);
+}
+
+WgradPath cuda_conv3d_wgrad_auto_path(const ConvGeometry& g, Dtype dt) {
+  igemm::TcOperand type = igemm::TcOperand::Half;
+  if (!tensor_core_operand(dt, &type)) return WgradPath::kImplicitGemm;
+  const char* op = "conv3d backward (weight gradient)";
+  Gather ga;  // make_gather's description of g, without a tensor (src null: "aligned")
+  ga.n = as_int(g.n, op, "batch");
+  ga.c = as_int(g.cin, op, "input channels");
+  ga.d = as_int(g.d, op, "depth"), ga.h = as_int(g.h, op, "height"), ga.w = as_int(g.w, op, "width");
+  ga.od = as_int(g.od, op, "output depth"), ga.oh = as_int(g.oh, op, "output height"), ga.ow = as_int(g.ow, op, "output width");
+  ga.kd = as_int(g.k[0], op, "kernel"), ga.kh = as_int(g.k[1], op, "kernel"), ga.kw = as_int(g.k[2], op, "kernel");
+  ga.sd = as_int(g.s[0], op, "stride"), ga.sh = as_int(g.s[1], op, "stride"), ga.sw = as_int(g.s[2], op, "stride");
+  ga.pd = as_int(g.p[0], op, "padding"), ga.ph = as_int(g.p[1], op, "padding"), ga.pw = as_int(g.p[2], op, "padding");
+  ga.dd = as_int(g.dil[0], op, "dilation"), ga.dh = as_int(g.dil[1], op, "dilation"), ga.dw = as_int(g.dil[2], op, "dilation");
+  return igemm::halo_wgrad_supported(ga, as_int(g.cout, op, "output channels")) ? WgradPath::kHalo : WgradPath::kImplicitGemm;
+}
+
+Tensor cuda_conv3d_wgrad_on(const ConvGeometry& g, const Tensor& x, const Tensor& dy, MemoryFormat w_format, WgradPath path) {
   const char* op = "conv3d backward (weight gradient)";
   HG_CHECK(x.is_cuda() && dy.is_cuda(), op << ": input and output gradient must be CUDA tensors");
   HG_CHECK(x.shape() == Shape({g.n, g.cin, g.d, g.h, g.w}) && dy.shape() == Shape({g.n, g.cout, g.od, g.oh, g.ow}),
@@ -224,9 +245,20 @@ Tensor cuda_conv3d_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& d
   const int cout = as_int(g.cout, op, "output channels");
   igemm::TcOperand type = igemm::TcOperand::Half;
   const bool tc = tensor_core_operand(dt, &type);
-  const int splits = igemm::wgrad_splits(ga.M, cout, ga.K, tc);
+  // The halo wgrad (conv3d_wgrad_paths.h) where it applies, unless the implicit GEMM is asked for.
+  const bool halo_fits = tc && igemm::halo_wgrad_supported(ga, cout) && reinterpret_cast<uintptr_t>(dys.raw_data()) % 16 == 0;
+  HG_CHECK(path != WgradPath::kHalo || halo_fits,
+           op << ": the halo wgrad needs float16 or bfloat16, a 3x3x3 stride-1 undilated padding-1 convolution, Cin 1 or "
+              << "a multiple of 8 <= 32 and Cout a multiple of 8 <= 32 (16-byte aligned operands); got " << dtype_name(dt)
+              << ", Cin " << g.cin << ", Cout " << g.cout << ", kernel (" << g.k[0] << ", " << g.k[1] << ", " << g.k[2]
+              << "), stride (" << g.s[0] << ", " << g.s[1] << ", " << g.s[2] << "), padding (" << g.p[0] << ", " << g.p[1]
+              << ", " << g.p[2] << ")");
+  const bool halo = halo_fits && path != WgradPath::kImplicitGemm;
+  const int splits = halo ? igemm::halo_wgrad_splits(ga, type, cout, op) : igemm::wgrad_splits(ga.M, cout, ga.K, tc);
   Tensor partial = Tensor::empty({int64_t{splits} * cout * ga.K}, kFloat32, Device::CUDA);
-  if (tc) {
+  if (halo) {
+    igemm::halo_wgrad(ga, type, dys.raw_data(), cout, partial.data<float>(), splits, op);
+  } else if (tc) {
     igemm::tc_wgrad(ga, type, dys.raw_data(), cout, partial.data<float>(), splits, op);
   } else {
     igemm::simt_wgrad(ga, dys.data<float>(), cout, partial.data<float>(), splits, op);
@@ -236,8 +268,8 @@ Tensor cuda_conv3d_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& d
   const int cin = as_int(g.cin, op, "input channels"), taps = as_int(g.kvol(), op, "kernel taps");
   cuda::dispatch_float(op, "weight gradients", dt, [&](auto tag) {
     using T = decltype(tag);
-    sum_splits_kernel<<<cuda::grid_for(total), 256, 0, cuda::stream()>>>(partial.data<float>(), splits, cout, cin, taps,
-                                                                         cuda::dev<T>(dw));
+    sum_splits_kernel<<<cuda::grid_for(total), 256, 0, cuda::stream()>>>(partial.data<float>(), halo ? 1 : splits, cout, cin,
+                                                                         taps, cuda::dev<T>(dw));  // halo: summed in partial[0]
   });
   HG_CUDA_LAUNCH_CHECK(op);
   return w_format == MemoryFormat::Contiguous ? dw : dw.format_copy(w_format);

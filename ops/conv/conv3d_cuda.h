@@ -12,6 +12,8 @@
 //   conv3d_fprop_halo_cuda.cu  fprop and dgrad of the 3x3x3 stride-1 padding-1 layers with 1/16/32 -> 16/32
 //                         channels in FP16/BF16: halo tiles in shared memory (conv_halo_path.h decides)
 //   conv3d_wgrad_cuda.cu  Tensor Core weight gradient (split over M, deterministic sum)
+//   conv3d_wgrad_halo_cuda.cu  Tensor Core weight gradient of the "same" 3x3x3 layers with <= 32
+//                         channels (halo tile in shared memory); conv3d_wgrad_paths.h forces either
 //   conv3d_simt_cuda.cu   the FP32 (FFMA) twins of both
 //   conv3d_cuda.cu        these launchers: weight packing, split sums, format and dtype handling
 //   conv_transpose3d_cuda.cu  conv_transpose3d's forward and the bias gradient
@@ -32,6 +34,8 @@ Tensor cuda_conv3d_fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w
 /// correct, s x the MMAs per such axis).
 Tensor cuda_conv3d_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, MemoryFormat format);
 /// dw (Cout, Cin, kd, kh, kw) in `w_format` from x (N, Cin, D, H, W) and dy (N, Cout, Do, Ho, Wo).
+/// FP16/BF16 3x3x3 stride-1 undilated padding-1 convolutions with Cin 1 or 8..32 and Cout 8..32 (multiples of 8)
+/// run the halo kernel, everything else the implicit GEMM (conv3d_wgrad_paths.h).
 Tensor cuda_conv3d_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, MemoryFormat w_format);
 /// conv_transpose3d's y (N, Cout_t, ...) = dgrad_G(x, w) + b, x (N, Cin_t, ...), w (Cin_t, Cout_t, kd, kh, kw).
 /// kernel == stride per axis with padding 0, dilation 1 and no output_padding (the U-Net's

@@ -1,5 +1,7 @@
 // conv3d_wgrad_cuda.cu - the 16-bit (FP16 or BF16) Tensor Core weight gradient of conv3d (tc_wgrad in conv_igemm.cuh),
 // also conv_transpose3d's weight gradient (conv3d_cuda.cu swaps the roles of x and dy).
+// The "same" 3x3x3 layers with <= 32 channels (FP16/BF16) run conv3d_wgrad_halo_cuda.cu instead; this
+// kernel is their oracle in tests (conv3d_wgrad_paths.h forces it).
 //
 // Math: dW (Cout, K) = dy^T (Cout, M) * A (M, K), K = kd kh kw*Cin ordered (tap, ci) (KRSC), where
 // A = im2col(x) is gathered on the fly (the forward gather of conv_igemm.cuh) and dy (M, Cout) is the

@@ -246,6 +246,17 @@ void tc_wgrad(const Gather& g, TcOperand type, const void* dy, int cout, float* 
 void simt_wgrad(const Gather& g, const float* dy, int cout, float* partial, int splits, const char* op);
 /// The number of M-splits of a wgrad for this problem (about 4 blocks per SM, at least 512 rows each).
 int wgrad_splits(int64_t M, int cout, int K, bool tensor_cores);
+/// The halo-tiled wgrad of the "same" 3x3x3 convolution (conv3d_wgrad_halo_cuda.cu): applies where
+/// halo_wgrad_supported(g, cout): forward gather, 3x3x3 kernel, stride 1, dilation 1, padding 1 on
+/// every axis, Cin 1 or a multiple of 8 <= 32, Cout a multiple of 8 <= 32, g.src 16-byte aligned.
+bool halo_wgrad_supported(const Gather& g, int cout);
+/// Its number of splits: one persistent block per resident slot on this GPU, at most one per tile.
+int halo_wgrad_splits(const Gather& g, TcOperand type, int cout, const char* op);
+/// dW (cout, K = 27 * Cin) FP32 into partial[0], partial (splits, cout, K) its scratch: split s's
+/// partial sum, then the splits added in a fixed order (deterministic), so the caller sums 1 split;
+/// dy (M, cout) 16-byte aligned. Throws halfgrad::Error naming op where the problem is not supported
+/// or splits is outside 1..tiles.
+void halo_wgrad(const Gather& g, TcOperand type, const void* dy, int cout, float* partial, int splits, const char* op);
 
 // fprop / dgrad: the halo-tiled "same" 3x3x3 convolution (conv3d_fprop_halo_cuda.cu).
 /// Whether tc_halo_conv serves (g, e): kernel 3, stride 1, padding 1, dilation 1 on every axis (forward
