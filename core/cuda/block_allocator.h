@@ -58,7 +58,8 @@ constexpr size_t kNoMaxSplitSize = std::numeric_limits<size_t>::max();
 class SegmentBackend {
  public:
   virtual ~SegmentBackend() = default;
-  /// A fresh segment of exactly `nbytes` (a multiple of 512), at least 512-byte aligned; nullptr when
+  /// A fresh segment of exactly `nbytes` (a multiple of 512), at least 256-byte aligned (cudaMalloc's
+  /// guarantee; blocks inside it start at multiples of 512 bytes, so they keep it); nullptr when
   /// the device has no memory for it (any other failure throws halfgrad::Error).
   virtual void* raw_alloc(size_t nbytes) = 0;
   /// Gives back a segment from raw_alloc.

@@ -58,7 +58,8 @@ std::string device_description();
 int sm_count();
 int compute_capability();
 
-/// Device memory of at least `nbytes` (512-byte aligned), from the cache or cudaMalloc. `op` names the
+/// Device memory of at least `nbytes` (256-byte aligned: cudaMalloc's guarantee for a segment, kept by
+/// blocks that start at multiples of 512 bytes into it), from the cache or cudaMalloc. `op` names the
 /// caller in the out-of-memory error. Never null (nbytes 0 gives a valid 512-byte block).
 void* allocate(size_t nbytes, const char* op = "cuda::allocate");
 /// Returns a block from allocate to the cache, where the next request may take it at once (one
