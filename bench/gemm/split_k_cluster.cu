@@ -23,7 +23,7 @@
 // ~0.9x cuBLAS; 1024 x 1024 x 16384 ~1.6x rung 12's 128 x 64 (0.72x -> ~1.0x).
 // Measured (H200, 2026-12-01): 1024 x 1024 x 16384 0.70x -> 0.91x (+30%); everywhere else slower
 // than the best unsplit tile (1000^3 0.69x against 0.79x, 4096^3 0.73x against 0.99x), so tile_plan
-// splits only from K >= 4096 (README, rung 13).
+// splits only from K > 4032 (README, rung 13).
 //
 // Edges: rung 11's; K and N multiples of 8 (TMA row strides). A cluster's second CTA with no slices
 // (K <= 64 would give it none; tile_plan splits only from 64 slices) contributes zeros.

@@ -13,7 +13,7 @@
 // Tile: 4 x 8 x 8 output voxels (z, y, x) of one sample = 256 voxels = 16 k-steps of the MMA; halo
 // 6 x 10 x 10 = 600 voxels. Why this shape: x = 8 makes the 8 rows of an ldmatrix 8 consecutive halo
 // rows whatever the tap (conflict-free, below); 8 x 8 x 4 keeps the halo overhead at 600 / 256 = 2.3x
-// while two stages of (halo + dy) fit 82 KiB at Cin = Cout = 16, so two blocks share an SM (8 x 8 x 8
+// while two stages of (halo + dy) fit 80.25 KiB (82,176 bytes) at Cin = Cout = 16, so two blocks share an SM (8 x 8 x 8
 // would read 1.95x but need 145 KiB for two stages: one block per SM). 64 divides by 4 and 8 (no
 // partial tiles on the U-Net's volumes); other extents get tiles that stick out, whose missing voxels
 // are zeros in dy and so add nothing.

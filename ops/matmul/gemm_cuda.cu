@@ -142,8 +142,11 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
   const char* op = a.op ? a.op : "gemm";
   HG_CHECK(a.M >= 1 && a.N >= 1 && a.K >= 1,
            op << ": gemm_f16 needs M, N, K >= 1; got M=" << a.M << " N=" << a.N << " K=" << a.K);
-  HG_CHECK(a.M <= INT_MAX && a.N <= INT_MAX && a.K <= INT_MAX,
-           op << ": gemm_f16 extents must fit in int32; got M=" << a.M << " N=" << a.N << " K=" << a.K);
+  // The kernels round M and N up to their tiles (at most 256) in int32.
+  constexpr int64_t kMaxExtent = INT_MAX - 256;
+  HG_CHECK(a.M <= kMaxExtent && a.N <= kMaxExtent && a.K <= INT_MAX,
+           op << ": gemm_f16 extents must fit in int32 (M, N at most " << kMaxExtent << "); got M=" << a.M
+              << " N=" << a.N << " K=" << a.K);
   HG_CHECK(a.A != nullptr && a.B != nullptr && a.C != nullptr, op << ": gemm_f16 got a null A, B or C pointer");
   const int64_t a_width = a.a_layout == GemmLayout::N ? a.K : a.M;
   const int64_t b_width = a.b_layout == GemmLayout::N ? a.N : a.K;

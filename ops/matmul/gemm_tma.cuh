@@ -25,7 +25,7 @@
 // TMA conditions are on the strides: 16-byte aligned bases and byte strides, tensor_map.h).
 //
 // Roles (kThreads = 384 = 3 warpgroups, one CTA per SM: 192 KiB of pipeline slots, or for a split
-// 128 / 160 KiB of slots + a 64 / 32 KiB reduce buffer, and 32 KiB of TMA-store boxes), described
+// 128 / 144 KiB of slots (width 128 / 64) + a 64 / 32 KiB reduce buffer, and 32 KiB of TMA-store boxes), described
 // for the 128 x 256 tile (a 128 x w tile has w / 2 accumulators and runs m64n<w>k16):
 //   warpgroup 0, producer: setmaxnreg.dec to 40 registers; one elected thread walks the CTA's tiles
 //     and their K slices, and for each slice waits for its slot's empty barrier, arms the slot's full
@@ -231,8 +231,8 @@ __device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin,
 /// consecutive threads, consecutive 16-byte words) and arrives on rank 0's reduce-full barrier c (128
 /// arrivals, release at cluster scope). Rank 0's consumer c waits on that (acquire at cluster scope),
 /// adds the partial to its own (rank 0's half + rank 1's half, always in that order: the same bits
-/// every run), releases the buffer (unless it was the cluster's last tile: rank 1 may have exited,
-/// and never waits for it) and stores the tile as kSplit = 1 does. Rank 1 stores nothing.
+/// every run), releases the buffer (unless it was the cluster's last tile: no wait of rank 1 pairs
+/// with that arrival) and stores the tile as kSplit = 1 does. Rank 1 stores nothing.
 template <bool kATrans, bool kBTrans, int kBN = kBlockN, int kSplit = 1>
 __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p, const CUtensorMap* map_a,
                                                             const CUtensorMap* map_b, const CUtensorMap* map_c,

@@ -67,15 +67,15 @@ void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, 
   encode_tensor_map(map, m, op);
 }
 
+/// How many kSplit-CTA clusters of this kernel can be resident at once (a cluster must fit in one GPC,
+/// so fewer than #SMs / 2 may), after the kernel's shared-memory opt-in; queried once per kernel.
 template <bool kATrans, bool kBTrans, int kBN, int kSplit>
-void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const char* op) {
+int resident_clusters(const char* op) {
   constexpr int kSmem = TmaTile<kBN, kSplit>::kSmemBytes;
   auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit>;
-  // Once per instantiation: the shared-memory opt-in and, for a split, how many 2-CTA clusters of
-  // this kernel can run at once (a cluster must fit in one GPC: fewer than #SMs / 2 may).
-  static const int max_groups = [&] {
+  static const int clusters = [&] {
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    if (kSplit == 1) return sm_count();
+    if (kSplit == 1) return 1;  // not a cluster launch: only the opt-in was needed
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(static_cast<unsigned>(sm_count()));
     config.blockDim = dim3(kThreads);
@@ -87,10 +87,20 @@ void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const c
     cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
-    int clusters = 0;
-    HG_CUDA_CHECK(op, cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-    return clusters;
+    int n = 0;
+    HG_CUDA_CHECK(op, cudaOccupancyMaxActiveClusters(&n, kernel, &config));
+    return n;
   }();
+  return clusters;
+}
+
+template <bool kATrans, bool kBTrans, int kBN, int kSplit>
+void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const char* op) {
+  constexpr int kSmem = TmaTile<kBN, kSplit>::kSmemBytes;
+  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit>;
+  const int clusters = resident_clusters<kATrans, kBTrans, kBN, kSplit>(op);
+  // A group is one CTA (as many as SMs), or one cluster of kSplit CTAs that share a tile.
+  const int64_t max_groups = kSplit == 1 ? sm_count() : clusters;
   HG_CHECK(max_groups >= 1, op << ": no " << kSplit << "-CTA cluster of the TMA GEMM kernel fits on this GPU");
   CUtensorMap map_a, map_b;
   operand_maps(p, kATrans, kBTrans, kBN, &map_a, &map_b, op);
@@ -108,7 +118,6 @@ void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const c
     m.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
     encode_tensor_map(&map_c, m, op);
   }
-  // A group is one CTA, or one cluster of kSplit CTAs that share a tile.
   const int64_t tiles = tile_count(p.M, p.N, kBN);
   const int64_t groups = schedule == Schedule::kPersistent ? std::min<int64_t>(tiles, max_groups) : tiles;
   cudaLaunchConfig_t config = {};
@@ -151,7 +160,7 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
 //     at twice the waves: the partial's trip costs about 5 slices.
 //   kMinSplitSlices: at 1000^3 (16 slices) the split lost (0.69x against 0.79x unsplit) where the
 //     model predicted a gain, at 1024 x 1024 x 16384 (256 slices) it won (0.91x against 0.70x); not
-//     measured in between, so splits are tried from 64 slices (K >= 4096).
+//     measured in between, so splits are tried from 64 slices (K > 4032).
 constexpr double kEfficiency128 = 0.87;
 constexpr double kEfficiency64 = 0.60;
 constexpr double kEfficiency64Unaligned = 0.39;
@@ -166,11 +175,15 @@ TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split) {
   double best_cost = INFINITY;
   for (const TilePlan& c : candidates) {
     if (c.split > max_split || (c.split > 1 && k_tiles < kMinSplitSlices)) continue;
+    // Asked only where a split is a candidate (the first time: an occupancy query).
+    const int64_t split_ctas = c.split > 1 ? split_capacity(c.width, "gemm_f16 (tile_plan)") : 0;
+    if (c.split > 1 && split_ctas < 2) continue;
     const double efficiency = c.width == 256   ? 1.0
                               : c.width == 128 ? kEfficiency128
                               : rows_aligned   ? kEfficiency64
                                                : kEfficiency64Unaligned;
-    const int64_t waves = (tile_count(p.M, p.N, c.width) * c.split + sms - 1) / sms;
+    const int64_t slots = c.split > 1 ? std::min(sms, split_ctas) : sms;  // CTAs resident at once
+    const int64_t waves = (tile_count(p.M, p.N, c.width) * c.split + slots - 1) / slots;
     const double per_unit = static_cast<double>(c.width) / efficiency / c.split;
     const double reduce = c.split > 1 ? kReduceSlices / static_cast<double>(k_tiles / c.split) : 0.0;
     const double cost = static_cast<double>(waves) * per_unit * (1.0 + reduce);
@@ -180,6 +193,13 @@ TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split) {
     }
   }
   return best;
+}
+
+int64_t split_capacity(int tile_n, const char* op) {
+  check_plan({tile_n, 2}, op);
+  // Occupancy is the same for every layout of a width (same threads, same shared memory): N/N's.
+  const int clusters = tile_n == 128 ? resident_clusters<false, false, 128, 2>(op) : resident_clusters<false, false, 64, 2>(op);
+  return 2 * static_cast<int64_t>(clusters);
 }
 
 bool operands_supported(const GemmProblem& p) {

@@ -47,8 +47,14 @@ struct TilePlan {
 /// k_tiles / s slices). The 64-wide tile's efficiency is lower when the rows of A or B are not a
 /// multiple of 128 bytes. The least estimate wins, the earlier candidate on a tie (256 x 1 first).
 /// The constants and their measurements are in gemm_tma_cuda.cu. A split is tried only from 64
-/// slices of 64 along K; max_split 1 leaves it out (rung 12).
+/// slices of 64 along K (K > 4032) and where 2-CTA clusters of its kernel fit (split_capacity, asked
+/// then); its waves count those clusters' CTAs, not the SMs. max_split 1 leaves splits out (rung 12).
 TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split = 2);
+
+/// How many CTAs of 2-CTA clusters of the split kernel of this width (128 or 64) can be resident at
+/// once (2 x cudaOccupancyMaxActiveClusters; 0 where none fits, e.g. a partitioned GPU). Queried once
+/// per width. Throws halfgrad::Error naming op for another width.
+int64_t split_capacity(int tile_n, const char* op);
 
 /// Throws halfgrad::Error naming op unless the plan is one the kernel is built for.
 void check_plan(TilePlan plan, const char* op);

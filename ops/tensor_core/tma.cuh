@@ -5,8 +5,9 @@
 // generic and async proxies, register reallocation between warpgroups (setmaxnreg) and thread-block
 // cluster helpers. Device code for the sm_90a target only (every wrapper is empty elsewhere: the
 // callers' kernels trap there, see gemm_wgmma_cuda.cu). Used by the production kernel
-// ops/matmul/gemm_tma.cuh (rungs 8, 9 and 11 of bench/gemm/) and by the rungs with kernels of their
-// own, bench/gemm/tma_mbarrier_pipeline.cu and cluster_multicast.cu.
+// ops/matmul/gemm_tma.cuh (rungs 8, 9 and 11-13 of bench/gemm/, its K split's hand-over through
+// distributed shared memory included) and by the rungs with kernels of their own,
+// bench/gemm/tma_mbarrier_pipeline.cu and cluster_multicast.cu.
 //
 // Every wrapper is `asm volatile` with a "memory" clobber: each one either moves data that the
 // compiler cannot see (TMA writes shared memory behind its back), or orders memory accesses (barrier
@@ -63,7 +64,8 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 
 /// One arrival on the barrier at the same offset in the shared memory of CTA `cta` of this cluster
 /// (mapa translates the address; release at cluster scope). Used to release a slot that a
-/// multicast load of another CTA writes.
+/// multicast load of another CTA writes (rung 10), and to hand a K split's partial over and back
+/// (gemm_tma.cuh).
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t cta) {
   asm volatile(
       "{\n"

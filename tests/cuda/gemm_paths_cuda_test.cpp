@@ -4,9 +4,9 @@
 // with register or TMA-store epilogues), mma.sync on
 // every GPU, all four N/T layouts, FP32 and FP16 output, alpha and beta. The shapes cut tiles at every
 // edge: M, N not multiples of 128 / 64 / 256, K not a multiple of the 64-wide slice (TMA zero-fills),
-// K = 8 (a split's second CTA then has no slice), a problem smaller than one tile, and one (1000 x
-// 1000 x 1000, the size rungs 12 and 13 are for) where the split families' clusters walk several tiles
-// each (the reduce buffer handed back and forth). A family that cannot run here (no sm_90) says why
+// K = 8 (a split's second CTA then has no slice), a problem smaller than one tile, 1000 x 1000 x 1000
+// (the size rungs 12 and 13 are for), and 2048 x 2048 x 128, where every persistent CTA and cluster
+// walks several tiles (the split's reduce buffer handed back and forth, its barriers' phases wrapping). A family that cannot run here (no sm_90) says why
 // and the case checks the rest.
 #include <cmath>
 #include <cstring>
@@ -168,6 +168,12 @@ CUDA_TEST_CASE("gemm paths cuda the K-split families give the same bits on every
     CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
   }
 #endif
+}
+
+CUDA_TEST_CASE("gemm paths cuda 2048x2048x128: every persistent cluster and CTA walks several tiles (reduce barriers' phases wrap)") {
+  // 256 tiles of 128 x 128 and 512 of 128 x 64 for at most 66 clusters (132 SMs): 4-8 tiles each.
+  CHECK(check_case({2048, 2048, 128}, false, false, false, 1.f, 0.f, 950) >= 2);
+  CHECK(check_case({2048, 2048, 128}, false, true, true, 1.f, 0.f, 953) >= 2);
 }
 
 CUDA_TEST_CASE("gemm paths cuda 1000x1000x1000 (rung 12's problem: the narrow tiles' persistent walk) N/N and N/T") {
