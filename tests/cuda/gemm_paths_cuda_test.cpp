@@ -10,6 +10,8 @@
 // and the case checks the rest.
 #include <cmath>
 #include <cstring>
+#include <sstream>
+#include <string>
 
 #include "ops/matmul/gemm_paths.h"
 #include "tests/cuda/cpu_reference.h"
@@ -94,7 +96,8 @@ int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float 
     g.op = "gemm_paths test";
     const char* why = cuda::gemm_f16_on(g, path);
     if (why != nullptr) {
-      MESSAGE(path_name(path) << " not run: " << why);
+      const std::string note = std::string(path_name(path)) + " not run: " + why;
+      MESSAGE(note);
       continue;
     }
     ++ran;
@@ -109,9 +112,13 @@ int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float 
         ++bad;
       }
     }
-    INFO(path_name(path) << " " << c.M << "x" << c.N << "x" << c.K << " " << (at ? "T" : "N") << (bt ? "T" : "N")
-                         << (c_half ? " f16 out" : " f32 out") << " alpha " << alpha << " beta " << beta);
-    if (first >= 0) INFO("first mismatch at (" << first / c.N << ", " << first % c.N << "): " << got[first] << " vs " << want[first]);
+    // One std::string per message: doctest would print a const char* operand of << as a pointer.
+    std::ostringstream what;
+    what << path_name(path) << " " << c.M << "x" << c.N << "x" << c.K << " " << (at ? "T" : "N") << (bt ? "T" : "N")
+         << (c_half ? " f16 out" : " f32 out") << " alpha " << alpha << " beta " << beta;
+    if (first >= 0) what << "; first mismatch at (" << first / c.N << ", " << first % c.N << "): " << got[first] << " vs " << want[first];
+    const std::string context = what.str();
+    INFO(context);
     CHECK(bad == 0);
   }
   return ran;
@@ -154,7 +161,10 @@ std::vector<float> run_bits(GemmPath path, const Operand& a, const Operand& b) {
   GemmArgs g{1000, 1000, 1000, static_cast<const uint16_t*>(a.device.raw_data()), 1000, GemmLayout::N,
              static_cast<const uint16_t*>(b.device.raw_data()), 1000, GemmLayout::N, out.raw_data(), 1000, false};
   const char* why = cuda::gemm_f16_on(g, path);
-  if (why != nullptr) MESSAGE("not run: " << why);
+  if (why != nullptr) {
+    const std::string note = std::string("not run: ") + why;
+    MESSAGE(note);
+  }
   return out.to_float_vector();
 }
 }  // namespace
