@@ -81,18 +81,34 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t c
 /// (acquire: what the arriving threads and the completed transactions wrote is visible afterwards).
 /// mbarrier_try_wait is one attempt; it suspends the thread for a hardware-chosen time before
 /// returning false, so the loop does not spin hot on the barrier. mbarrier_wait traps after
-/// kMbarrierWaitLimitNs (below) instead of waiting forever.
+/// kMbarrierWaitLimitNs (below) instead of waiting forever. kClusterScope: acquire at cluster scope,
+/// for a barrier that threads of another CTA of the cluster arrive on (mbarrier_arrive_cluster) after
+/// writing this CTA's shared memory (st_cluster_v4): those writes are visible after it
+/// (mbarrier_wait_cluster); otherwise at CTA scope.
+template <bool kClusterScope = false>
 __device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
+  if constexpr (kClusterScope) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
   return done != 0;
 }
 /// A wait that has not succeeded after this long is a bug (a phase that will never complete: a lost
@@ -106,37 +122,16 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 
+template <bool kClusterScope = false>
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  if (mbarrier_try_wait(bar, parity)) return;
+  if (mbarrier_try_wait<kClusterScope>(bar, parity)) return;
   const uint64_t start = global_timer_ns();
-  while (!mbarrier_try_wait(bar, parity)) {
+  while (!mbarrier_try_wait<kClusterScope>(bar, parity)) {
     if (global_timer_ns() - start > kMbarrierWaitLimitNs) __trap();
   }
-}
-
-/// mbarrier_wait with acquire at cluster scope: for a barrier that threads of another CTA of the
-/// cluster arrive on (mbarrier_arrive_cluster) after writing this CTA's shared memory
-/// (st_cluster_v4): those writes are visible after it. Traps after kMbarrierWaitLimitNs, as
-/// mbarrier_wait.
-__device__ __forceinline__ bool mbarrier_try_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
 }
 __device__ __forceinline__ void mbarrier_wait_cluster(uint32_t bar, uint32_t parity) {
-  if (mbarrier_try_wait_cluster(bar, parity)) return;
-  const uint64_t start = global_timer_ns();
-  while (!mbarrier_try_wait_cluster(bar, parity)) {
-    if (global_timer_ns() - start > kMbarrierWaitLimitNs) __trap();
-  }
+  mbarrier_wait<true>(bar, parity);
 }
 
 /// The shared::cluster address of `addr` (a shared::cta address of this CTA's layout) in CTA `cta` of
