@@ -58,18 +58,6 @@ AxesCase axes_case(const ConvCase& c) {
           c.bias};
 }
 
-double rel_error(const Tensor& got, const Tensor& ref) {
-  REQUIRE(got.defined());
-  REQUIRE(got.shape() == ref.shape());
-  const std::vector<double> g = got.to_double_vector(), r = ref.to_double_vector();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    num += (g[i] - r[i]) * (g[i] - r[i]);
-    den += r[i] * r[i];
-  }
-  return std::sqrt(num) / std::sqrt(den > 0 ? den : 1.0);
-}
-
 struct Outputs {
   Tensor y, dx, dw, db;
 };

@@ -54,6 +54,20 @@ inline void check_close(const Tensor& got, const Tensor& want, double rtol, doub
 
 }  // namespace
 
+/// Relative Frobenius error ||got - ref|| / ||ref|| (||ref|| taken as 1 when it is 0), in float64: the
+/// conv tests' whole-tensor comparison of sums of many FP16 products.
+inline double rel_error(const Tensor& got, const Tensor& ref) {
+  REQUIRE(got.defined());
+  REQUIRE(got.shape() == ref.shape());
+  const std::vector<double> g = got.to_double_vector(), r = ref.to_double_vector();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    num += (g[i] - r[i]) * (g[i] - r[i]);
+    den += r[i] * r[i];
+  }
+  return std::sqrt(num) / std::sqrt(den > 0 ? den : 1.0);
+}
+
 /// Tolerances of one FP rounding per output for each dtype (see the header comment).
 inline double rtol_for(Dtype d) { return d == kBFloat16 ? 1e-2 : d == kFloat16 ? 2e-3 : d == kFloat32 ? 1e-5 : 1e-12; }
 
