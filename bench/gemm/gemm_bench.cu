@@ -290,6 +290,7 @@ void run_size(const Size& s, int64_t l2_bytes) {
       rung("tma_store_epilogue", halfgrad::bench::gemm_tma_store_epilogue),
       rung("tile_width", halfgrad::bench::gemm_tile_width),
       rung("split_k_cluster", halfgrad::bench::gemm_split_k_cluster),
+      rung("multicast_pair", halfgrad::bench::gemm_multicast_pair),
       {"gemm_f16 (f32 out)", false, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, false)); return (const char*)nullptr; }},
       {"gemm_f16 (f16 out)", true, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, true)); return (const char*)nullptr; }},
   };
@@ -613,6 +614,8 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
                              {"tma_store_64", GemmPath::kTmaStore64, false},
                              {"split_128", GemmPath::kTmaSplit128, false},
                              {"split_64", GemmPath::kTmaSplit64, false},
+                             {"pair_256", GemmPath::kTmaPair256, false},
+                             {"pair_128", GemmPath::kTmaPair128, false},
                              {"auto", GemmPath::kAuto, false}};
   constexpr int kFamilies = sizeof(families) / sizeof(families[0]);
   // Every family is timed kRounds times, the rounds interleaved (family 0, 1, ..., then again), and
@@ -682,7 +685,8 @@ void run_profile(int64_t M, int64_t N, int64_t K) {
     a.op = "gemm_bench --profile";
     for (int i = 0; i < 3; ++i) cublas_gemm(a);
     for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
-                          GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64}) {
+                          GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPair256,
+                          GemmPath::kTmaPair128}) {
       for (int i = 0; i < 3; ++i) {
         if (const char* why = halfgrad::cuda::gemm_f16_on(a, path)) std::printf("not run: %s\n", why);
       }

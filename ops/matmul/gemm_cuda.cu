@@ -197,6 +197,8 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
     case GemmPath::kTmaStore64:
     case GemmPath::kTmaSplit128:
     case GemmPath::kTmaSplit64:
+    case GemmPath::kTmaPair256:
+    case GemmPath::kTmaPair128:
     case GemmPath::kTmaPlanned: {
       if (!tma_ok) return "needs sm_90, FP16, 16-byte aligned A and B, lda and ldb multiples of 8";
       gemm_tma::TilePlan plan;  // 128 x 256, K not split
@@ -204,6 +206,9 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
       if (path == GemmPath::kTmaStore64) plan = {64, 1};
       if (path == GemmPath::kTmaSplit128) plan = {128, 2};
       if (path == GemmPath::kTmaSplit64) plan = {64, 2};
+      if (path == GemmPath::kTmaPair256) plan = {256, 1, 2};
+      if (path == GemmPath::kTmaPair128) plan = {128, 1, 2};
+      if (plan.pair == 2 && gemm_tma::tile_count(p.M, 1, 1) % 2 != 0) return "needs an even number of 128-row tile-rows";
       if (path == GemmPath::kTmaPlanned) plan = gemm_tma::tile_plan(p, sm_count());
       gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op,
                        path == GemmPath::kTmaPersistent ? gemm_tma::Store::kRegisters : gemm_tma::Store::kTma, plan);

@@ -2,12 +2,13 @@
 // brought into 128-byte-swizzled shared memory by TMA, a ring of pipeline slots guarded by full and
 // empty mbarriers, one producer warpgroup and two consumer warpgroups running wgmma.m64n<w>k16 on
 // 128 x w tiles (w = 256, 128 or 64: TmaTile), (persistent launch) every CTA walking many output
-// tiles, and optionally K split over the two CTAs of a cluster (kSplit = 2: see
-// warp_specialized_gemm_block). ops/matmul/gemm_tma_cuda.cu launches it for gemm_f16 on sm_90;
-// bench/gemm/warp_specialized.cu (one CTA per tile), persistent.cu (one CTA per SM),
-// tma_store_epilogue.cu, tile_width.cu and split_k_cluster.cu launch it as rungs 8, 9 and 11-13 of the
-// ladder, and tma_mbarrier_pipeline.cu (rung 7) uses its TMA loads. Private to ops/matmul/ and
-// bench/gemm/; compiled only for the sm_90a target.
+// tiles, and optionally a 2-CTA cluster: K split over its two CTAs (kSplit = 2) or B's slices shared
+// by two vertically adjacent tiles through TMA multicast (kPair = 2; see warp_specialized_gemm_block).
+// ops/matmul/gemm_tma_cuda.cu launches it for gemm_f16 on sm_90; bench/gemm/warp_specialized.cu (one
+// CTA per tile), persistent.cu (one CTA per SM), tma_store_epilogue.cu, tile_width.cu,
+// split_k_cluster.cu and multicast_pair.cu launch it as rungs 8, 9 and 11-14 of the ladder, and
+// tma_mbarrier_pipeline.cu (rung 7) uses its TMA loads. Private to ops/matmul/ and bench/gemm/;
+// compiled only for the sm_90a target.
 //
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major (gemm_cuda.h).
 // FP16 operands, FP32 accumulation in the wgmma accumulator registers, alpha/beta and the FP32 or
@@ -153,6 +154,29 @@ __device__ __forceinline__ void tma_load_operand(uint32_t tile, const CUtensorMa
   }
 }
 
+/// kPair 2: rank `rank`'s half of B's kMN x 64 slice, multicast into the tile at `tile` of both CTAs
+/// of the cluster, completing on the barrier at `bar` in each. MN-major: panels rank * kMN / 128 to
+/// (rank + 1) * kMN / 128 - 1 (64 columns each; box 64 x 64). K-major: rows rank * kMN / 2 of the
+/// tile on (box 64 k x kMN / 2 rows: operand_maps' b_box_split 2); the 128-byte swizzle of a row
+/// depends on the row mod 8 only, so the half lands at its place in the whole tile's layout.
+template <int kMN, bool kMnMajor>
+__device__ __forceinline__ void tma_multicast_half(uint32_t tile, const CUtensorMap* map, uint32_t bar, int mn0,
+                                                   int k0, int rank) {
+  constexpr uint16_t kBoth = 0x3;
+  if constexpr (kMnMajor) {
+    constexpr int kPanelsEach = kMN / gemm_wgmma::kPanel / 2;
+#pragma unroll
+    for (int i = 0; i < kPanelsEach; ++i) {
+      const int panel = rank * kPanelsEach + i;
+      tensor_core::tma_load_2d_multicast(tile + panel * kBlockK * gemm_wgmma::kRowBytes, map, bar,
+                                         mn0 + panel * gemm_wgmma::kPanel, k0, kBoth);
+    }
+  } else {
+    tensor_core::tma_load_2d_multicast(tile + rank * (kMN / 2) * gemm_wgmma::kRowBytes, map, bar, k0,
+                                       mn0 + rank * (kMN / 2), kBoth);
+  }
+}
+
 /// The epilogue of one consumer through shared memory and TMA stores (rung 11): alpha applied, the
 /// 64 x kBN FP32 accumulators written as kBoxes boxes of 64 rows x 128 bytes (kBN = 256, FP32: 8 boxes
 /// of 32 columns; FP16: 4 boxes of 64) into the consumer's two box buffers, each stored by its first thread
@@ -217,12 +241,24 @@ __device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin,
 }
 
 /// The whole CTA, on 128 x kBN tiles; call from a __global__ launched with kThreads threads,
-/// TmaTile<kBN, kSplit>::kSmemBytes of dynamic shared memory and any number of CTAs (kSplit = 2: a
-/// multiple of 2, in clusters of 2). Each CTA (each cluster) walks tiles blockIdx.x + i * gridDim.x
-/// (cluster index + i * clusters). kATrans: A stored (K, M); kBTrans: B stored (N, K). map_a / map_b:
+/// TmaTile<kBN, kSplit>::kSmemBytes of dynamic shared memory and any number of CTAs (kSplit or kPair
+/// 2: a multiple of 2, in clusters of 2). Each CTA (each cluster) walks tiles blockIdx.x + i * gridDim.x
+/// (cluster index + i * clusters; kPair 2: tile pairs). kATrans: A stored (K, M); kBTrans: B stored (N, K). map_a / map_b:
 /// the operands' tensor maps (__grid_constant__; B's box kBN wide, operand_maps). map_c: C's tensor
 /// map (box 128 bytes x 64 rows, 128-byte swizzle) when the epilogue is to leave through TMA stores
 /// (beta == 0, gemm_tma_cuda.cu decides), nullptr for stores from the registers.
+///
+/// kPair = 2 (rung 14; kSplit 1, width 256 or 128): the CTAs of a 2-CTA cluster walk tile pairs
+/// (2q, 2q + 1) of the grouped order, which are vertically adjacent (same tile_n, rows tile_m and
+/// tile_m + 128) when the number of tile-rows is even (the launcher checks). Both need the same B
+/// slice: rank r loads half of it (MN-major: panels r * w / 128 ... of 64 columns; K-major: rows
+/// r * w / 2 .. of the tile, map_b's box w / 2 rows) with .multicast::cluster into the same offset
+/// of both CTAs, completing on the full barrier at the same offset in each (each full barrier still
+/// expects the whole slot's bytes from one arrival: its own producer's arrive.expect_tx; the peer's
+/// bytes may land before that arrival, which the transaction count allows). A slot is written by
+/// both producers, so it is refilled only when the consumers of both CTAs have released it: every
+/// consumer arrives on its own empty barrier and on the peer's (count 2 x kConsumers). Per slice a
+/// CTA reads A's 16 KiB and half of B from L2 instead of all of B: at width 128, 24 KiB instead of 32.
 ///
 /// kSplit = 2 (rung 13): rank r of the cluster computes its half of K (split_range) of the cluster's
 /// tile. Rank 1's consumer c then waits until rank 0 has read its previous tile's partial
@@ -233,7 +269,7 @@ __device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin,
 /// adds the partial to its own (rank 0's half + rank 1's half, always in that order: the same bits
 /// every run), releases the buffer (unless it was the cluster's last tile: no wait of rank 1 pairs
 /// with that arrival) and stores the tile as kSplit = 1 does. Rank 1 stores nothing.
-template <bool kATrans, bool kBTrans, int kBN = kBlockN, int kSplit = 1>
+template <bool kATrans, bool kBTrans, int kBN = kBlockN, int kSplit = 1, int kPair = 1>
 __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p, const CUtensorMap* map_a,
                                                             const CUtensorMap* map_b, const CUtensorMap* map_c,
                                                             uint8_t* smem_raw) {
@@ -242,6 +278,8 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   constexpr bool kBMnMajor = !kBTrans;
   using Tile = TmaTile<kBN, kSplit>;
   constexpr int kStages = Tile::kStages, kStageBytes = Tile::kStageBytes, kAcc = Tile::kAccumulators;
+  static_assert(kPair == 1 || (kPair == 2 && kSplit == 1 && kBN >= 128), "kPair 2: unsplit, 256- or 128-wide tiles");
+  constexpr int kCluster = kSplit * kPair;  // CTAs per cluster (1: not a cluster launch)
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warpgroup = tid / 128;
@@ -255,15 +293,15 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   auto a_tile = [&](int slot) { return smem + slot * kStageBytes; };
   auto b_tile = [&](int slot) { return smem + slot * kStageBytes + kATileBytes; };
 
-  const int rank = kSplit == 1 ? 0 : static_cast<int>(tc::cluster_ctarank());
-  const int group = static_cast<int>(blockIdx.x) / kSplit, groups = static_cast<int>(gridDim.x) / kSplit;
+  const int rank = kCluster == 1 ? 0 : static_cast<int>(tc::cluster_ctarank());
+  const int group = static_cast<int>(blockIdx.x) / kCluster, groups = static_cast<int>(gridDim.x) / kCluster;
 
   if (tid == 0) {
     tc::tma_prefetch_map(map_a);
     tc::tma_prefetch_map(map_b);
     for (int s = 0; s < kStages; ++s) {
       tc::mbarrier_init(full_bar + 8 * s, 1);                // the producer's arrive.expect_tx
-      tc::mbarrier_init(empty_bar + 8 * s, kConsumers);      // one thread per consumer warpgroup
+      tc::mbarrier_init(empty_bar + 8 * s, kConsumers * kPair);  // one thread per consumer warpgroup (of both CTAs)
     }
     if constexpr (kSplit == 2) {
       for (int c = 0; c < kConsumers; ++c) {
@@ -273,11 +311,14 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     }
     tc::fence_mbarrier_init();
   }
-  // The split's barriers are arrived on from the other CTA: its inits must be visible cluster-wide.
-  if constexpr (kSplit == 2) tc::cluster_sync();
+  // A cluster's barriers are arrived on (and, kPair 2, written into) from the other CTA: the inits
+  // must be visible cluster-wide.
+  if constexpr (kCluster > 1) tc::cluster_sync();
   else __syncthreads();
 
-  const int tiles = tiles_m(p.M) * tiles_n<kBN>(p.N);
+  // The walk is over units: tiles, or (kPair 2) tile pairs, of which this CTA takes tile 2u + rank.
+  const int units = tiles_m(p.M) * tiles_n<kBN>(p.N) / kPair;
+  auto unit_tile = [&](int u) { return kPair == 2 ? 2 * u + rank : u; };
   int k_begin, k_end;
   split_range<kSplit>((p.K + kBlockK - 1) / kBlockK, rank, &k_begin, &k_end);
 
@@ -286,15 +327,19 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     tc::setmaxnreg_dec<kProducerRegs>();
     if (tid == 0) {
       int it = 0;
-      for (int t = group; t < tiles; t += groups) {
+      for (int u = group; u < units; u += groups) {
         int tile_m, tile_n;
-        tile_origin<kBN>(t, p.M, p.N, &tile_m, &tile_n);
+        tile_origin<kBN>(unit_tile(u), p.M, p.N, &tile_m, &tile_n);
         for (int kt = k_begin; kt < k_end; ++kt, ++it) {
           const int slot = it % kStages;
-          tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);
+          tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);  // kPair 2: free in both CTAs
           tc::mbarrier_arrive_expect_tx(full_bar + 8 * slot, kStageBytes);
           tma_load_operand<kBlockM, kAMnMajor>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m, kt * kBlockK);
-          tma_load_operand<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK);
+          if constexpr (kPair == 1) {
+            tma_load_operand<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK);
+          } else {
+            tma_multicast_half<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK, rank);
+          }
         }
       }
     }
@@ -306,15 +351,19 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   const int consumer = warpgroup - 1;
   const int t128 = tid % 128;
   const bool releases = t128 == 0;  // the one thread per consumer that arrives on empty barriers
+  auto release = [&](int slot) {
+    tc::mbarrier_arrive(empty_bar + 8 * slot);
+    if constexpr (kPair == 2) tc::mbarrier_arrive_cluster(empty_bar + 8 * slot, static_cast<uint32_t>(rank ^ 1));
+  };
   const int warp = t128 / 32;
   const int lane = tid % 32;
   int it = 0;
   int box_count = 0;  // TMA-store epilogue: this consumer's boxes so far
   int round = 0;      // kSplit 2: the cluster's tiles so far (the reduce barriers' phase)
   float d[kAcc];
-  for (int t = group; t < tiles; t += groups, ++round) {
+  for (int u = group; u < units; u += groups, ++round) {
     int tile_m, tile_n;
-    tile_origin<kBN>(t, p.M, p.N, &tile_m, &tile_n);
+    tile_origin<kBN>(unit_tile(u), p.M, p.N, &tile_m, &tile_n);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) d[i] = 0.f;
     for (int kt = k_begin; kt < k_end; ++kt, ++it) {
@@ -330,11 +379,11 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
       }
       gemm_wgmma::wgmma_commit();
       gemm_wgmma::wgmma_wait<1>();  // the previous slice's wgmmas have finished reading their slot
-      if (kt > k_begin && releases) tc::mbarrier_arrive(empty_bar + 8 * ((it - 1) % kStages));
+      if (kt > k_begin && releases) release((it - 1) % kStages);
     }
     gemm_wgmma::wgmma_wait<0>();
     gemm_wgmma::fence_accumulators(d);
-    if (k_end > k_begin && releases) tc::mbarrier_arrive(empty_bar + 8 * ((it - 1) % kStages));
+    if (k_end > k_begin && releases) release((it - 1) % kStages);
 
     if constexpr (kSplit == 2) {
       const uint32_t buffer = reduce_buffers + consumer * 128 * kAcc * 4;
@@ -360,7 +409,7 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
         d[4 * q + 2] += v.z;
         d[4 * q + 3] += v.w;
       }
-      if (t + groups < tiles) tc::mbarrier_arrive_cluster(reduce_empty_bar + 8 * consumer, 1);
+      if (u + groups < units) tc::mbarrier_arrive_cluster(reduce_empty_bar + 8 * consumer, 1);
     }
 
     // Meanwhile the producer is already filling the released slots with the next tile's slices.
@@ -382,12 +431,12 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   // The shared memory a TMA store reads must stay valid until it has been read (.read: the writes to
   // global memory need not have landed; they are complete when the grid is, as CUTLASS's epilogue assumes).
   if (map_c != nullptr && t128 == 0) tensor_core::tma_store_wait_read<0>();
-  // A split's CTAs touch each other's shared memory (partials, barrier arrivals): neither may exit
-  // while the other might still do so. The protocol above already orders every access before the
+  // A cluster's CTAs touch each other's shared memory (partials or multicast slices, barrier
+  // arrivals): neither may exit while the other might still do so. The protocol above already orders every access before the
   // owner's last wait, but compute-sanitizer's racecheck cannot see that through the mbarriers, and
   // one cluster barrier per launch (the producers have exited: barrier.cluster waits for the
   // non-exited threads only) costs nothing measurable.
-  if constexpr (kSplit == 2) tc::cluster_sync();
+  if constexpr (kCluster > 1) tc::cluster_sync();
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

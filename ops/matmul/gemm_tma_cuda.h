@@ -32,12 +32,15 @@ bool tma_store_possible(const GemmProblem& p);
 /// Output tiles (128 x tile_n; tile_n 256, 128 or 64) of an M x N problem.
 int64_t tile_count(int64_t M, int64_t N, int tile_n = 256);
 
-/// The tile and the split of K one launch uses: 128 x width tiles (gemm_tma.cuh's TmaTile: width 256,
-/// 128 or 64) and split 1, or 2 (rung 13: the two CTAs of a cluster take the two halves of K of each
-/// tile; widths 128 and 64).
+/// The tile, the split of K and the pairing one launch uses: 128 x width tiles (gemm_tma.cuh's
+/// TmaTile: width 256, 128 or 64) and split 1, or 2 (rung 13: the two CTAs of a cluster take the two
+/// halves of K of each tile; widths 128 and 64); pair 1, or 2 (rung 14, split 1, widths 256 and 128:
+/// the two CTAs of a cluster take vertically adjacent tiles and share B's slices by TMA multicast;
+/// needs an even number of 128-row tile-rows).
 struct TilePlan {
   int width = 256;
   int split = 1;
+  int pair = 1;
 };
 
 /// gemm_f16's plan for problem p on `sms` SMs (rungs 12 and 13, bench/gemm/README.md). Each
@@ -59,18 +62,19 @@ int64_t split_capacity(int tile_n, const char* op);
 /// Throws halfgrad::Error naming op unless the plan is one the kernel is built for.
 void check_plan(TilePlan plan, const char* op);
 
-/// Queues the kernel on stream() with the plan's tiles and split. a_trans: A stored (K, M); b_trans: B
-/// stored (N, K). Needs gemm_wgmma::device_supported(), operands_supported(p) and a built plan
-/// (checked: halfgrad::Error naming op); a split plan also needs a 2-CTA cluster of the kernel to fit
-/// on the GPU (checked likewise).
+/// Queues the kernel on stream() with the plan's tiles, split and pairing. a_trans: A stored (K, M);
+/// b_trans: B stored (N, K). Needs gemm_wgmma::device_supported(), operands_supported(p) and a built
+/// plan (checked: halfgrad::Error naming op); a split or pair plan also needs a 2-CTA cluster of the
+/// kernel to fit on the GPU, a pair plan an even number of 128-row tile-rows (checked likewise).
 void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op,
             Store store = Store::kRegisters, TilePlan plan = {});
 
 /// The tensor maps of A and B as gemm_tma.cuh's tma_load_operand reads them into 64-wide K slices of
 /// 128 x tile_n tiles (128-byte swizzle; box 64 k x 128 (A) / tile_n (B) rows for a K-major operand,
-/// 64 x 64 for an MN-major one). Throws halfgrad::Error naming op when operands_supported(p) is false
-/// or tile_n is not 256, 128 or 64.
+/// 64 x 64 for an MN-major one). b_box_split 2 (the pair plan, tile_n 256 or 128): a K-major B's box
+/// is tile_n / 2 rows, the half one CTA multicasts. Throws halfgrad::Error naming op when
+/// operands_supported(p) is false or (tile_n, b_box_split) is not a plan's.
 void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, CUtensorMap* map_a,
-                  CUtensorMap* map_b, const char* op);
+                  CUtensorMap* map_b, const char* op, int b_box_split = 1);
 
 }  // namespace halfgrad::cuda::gemm_tma

@@ -69,6 +69,8 @@ const char* path_name(GemmPath p) {
     case GemmPath::kTmaStore64: return "tma_store_64";
     case GemmPath::kTmaSplit128: return "split_128 (K over a 2-CTA cluster)";
     case GemmPath::kTmaSplit64: return "split_64 (K over a 2-CTA cluster)";
+    case GemmPath::kTmaPair256: return "pair_256 (B multicast over a 2-CTA cluster)";
+    case GemmPath::kTmaPair128: return "pair_128 (B multicast over a 2-CTA cluster)";
     case GemmPath::kTmaPlanned: return "tma planned (tile_plan)";
     default: return "auto";
   }
@@ -84,8 +86,8 @@ int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float 
   for (double v : want) scale = std::max(scale, std::fabs(v));
   int ran = 0;
   for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
-                        GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPlanned,
-                        GemmPath::kAuto}) {
+                        GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPair256,
+                        GemmPath::kTmaPair128, GemmPath::kTmaPlanned, GemmPath::kAuto}) {
     Tensor out = c0.copy_to(Device::CUDA);
     GemmArgs g{c.M, c.N, c.K,
                static_cast<const uint16_t*>(a.device.raw_data()), at ? c.M : c.K, at ? GemmLayout::T : GemmLayout::N,
