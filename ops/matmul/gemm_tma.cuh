@@ -320,7 +320,8 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   const int units = tiles_m(p.M) * tiles_n<kBN>(p.N) / kPair;
   auto unit_tile = [&](int u) { return kPair == 2 ? 2 * u + rank : u; };
   int k_begin, k_end;
-  split_range<kSplit>((p.K + kBlockK - 1) / kBlockK, rank, &k_begin, &k_end);
+  // (A pair's rank is not a K rank: both CTAs of a pair walk the whole of K.)
+  split_range<kSplit>((p.K + kBlockK - 1) / kBlockK, kSplit == 1 ? 0 : rank, &k_begin, &k_end);
 
   if (warpgroup == 0) {
     // Producer. The other 127 threads only give their registers back and finish.
