@@ -23,6 +23,18 @@
 // multicast. Predicted on H200 (before the run): 1000^3 and 1024^3 +5-10% over tile_width (1000^3
 // FP16 out 0.78x -> 0.82-0.86x cuBLAS); 4096^3 and 8192^3 within +-3% (rung 10's -18% there came
 // with the register epilogue; here the stores leave by TMA).
+// Measured (H200, 2026-12-02, forced pair_256 / pair_128 in --dispatch, FP16 out; results file
+// bench/results/2026-12-02_5608d73_h200_pair_dispatch.txt): SLOWER on every shape, far outside the
+// prediction. 1000^3: 98 TFLOP/s paired against 153 unpaired at width 128 (0.50x cuBLAS against
+// 0.79x); 4096^3: width 128 326 against 635 (almost exactly half), width 256 538 against 744
+// (0.72x against 0.99x; rung 10 lost the same 18-28% with its own kernel); 1024 x 1024 x 16384:
+// 165 against 366. Every result was correct. So gemm_f16's plan never pairs (tile_plan has no pair
+// candidate). Not yet explained; the candidates, in the order to test them: (1) the release round
+// trip: a slot is refilled only after the slower CTA's consumers released it through a remote
+// arrive, and the producer's try_wait may sleep its full suspend-time hint when the completing
+// arrival comes from another SM (a half-rate result at width 128 looks like one CTA of the pair
+// waiting out a whole slot per slice); (2) fewer co-resident 2-CTA clusters than the split kernel
+// gets (print cudaOccupancyMaxActiveClusters); (3) multicast's own latency against a 6-slot ring.
 //
 // Edges: rung 12's; M must span an even number of 128-row tile-rows (else n/a), K, N multiples of 8.
 #include "bench/gemm/dense_problem.cuh"

@@ -168,6 +168,8 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
 //   kMinSplitSlices: at 1000^3 (16 slices) the split lost (0.69x against 0.79x unsplit) where the
 //     model predicted a gain, at 1024 x 1024 x 16384 (256 slices) it won (0.91x against 0.70x); not
 //     measured in between, so splits are tried from 64 slices (K > 4032).
+// The pair plan (rung 14) is not a candidate: forced in --dispatch it lost on every shape
+// (bench/gemm/multicast_pair.cu: 1000^3 0.50x cuBLAS against 0.79x unpaired, 4096^3 0.72x).
 constexpr double kEfficiency128 = 0.87;
 constexpr double kEfficiency64 = 0.60;
 constexpr double kEfficiency64Unaligned = 0.39;
