@@ -143,7 +143,7 @@ CUDA_TEST_CASE("conv_transpose3d cuda halo f16/bf16 k3 s1 p1 with bias: the dgra
                                                to_cuda(w0.cast_copy(dt)), to_cuda(b0.cast_copy(dt)),
                                                ops::Conv3dParams().padding(1));
       const double tol = dt == kBFloat16 ? 2e-2 : 3e-3;
-      CHECK_MESSAGE(rel_error(got, ref) < tol, dtype_name(dt) << " cout " << cout << ": " << rel_error(got, ref));
+      CHECK_MESSAGE(rel_error(got, ref) < tol, std::string(dtype_name(dt)) << " cout " << cout << ": " << rel_error(got, ref));
     }
   }
 }

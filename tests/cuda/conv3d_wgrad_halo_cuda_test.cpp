@@ -168,7 +168,7 @@ CUDA_TEST_CASE("conv_transpose3d cuda f16/bf16 NDHWC k3 s1 p1 16->8: the weight 
     ops::conv_transpose3d(to_cuda(x0.cast_copy(dt), MemoryFormat::ChannelsLast3d), w, Tensor(), p)
         .backward(to_cuda(gy0.cast_copy(dt), MemoryFormat::ChannelsLast3d));
     const double tol = dt == kBFloat16 ? 2e-2 : 3e-3;
-    CHECK_MESSAGE(rel_error(w.grad(), wr.grad()) < tol, dtype_name(dt) << " dw: " << rel_error(w.grad(), wr.grad()));
+    CHECK_MESSAGE(rel_error(w.grad(), wr.grad()) < tol, std::string(dtype_name(dt)) << " dw: " << rel_error(w.grad(), wr.grad()));
   }
 #endif
 }

@@ -55,7 +55,7 @@ double max_abs(const Tensor& t) {
 // grad_scale: the incoming gradient (a CUDA scalar), or 0 for backward() without one (a CPU seed of 1).
 void check_loss(const NamedLoss& L, const Shape& s, Dtype dt, MemoryFormat f, int64_t absent, double grad_scale,
                 uint64_t seed) {
-  INFO(L.name << " " << dtype_name(dt) << (f == MemoryFormat::ChannelsLast3d ? " NDHWC " : " NCDHW ") << shape_str(s)
+  INFO(std::string(L.name) << " " << std::string(dtype_name(dt)) << std::string(f == MemoryFormat::ChannelsLast3d ? " NDHWC " : " NCDHW ") << shape_str(s)
               << " absent class " << absent << " grad " << grad_scale);
   Shape ts = s;
   ts.erase(ts.begin() + 1);

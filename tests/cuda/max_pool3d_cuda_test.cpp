@@ -25,7 +25,7 @@ Tensor pool_input(const Shape& s, uint64_t seed, Dtype dt, bool ties) {
 }
 
 void check_pool(const Shape& s, int64_t k, int64_t st, Dtype dt, MemoryFormat f, bool ties, uint64_t seed) {
-  INFO("max_pool3d " << dtype_name(dt) << (f == MemoryFormat::ChannelsLast3d ? " NDHWC " : " NCDHW ") << shape_str(s)
+  INFO("max_pool3d " << std::string(dtype_name(dt)) << std::string(f == MemoryFormat::ChannelsLast3d ? " NDHWC " : " NCDHW ") << shape_str(s)
                      << " kernel " << k << " stride " << st << (ties ? " ties" : ""));
   const Tensor x = pool_input(s, seed, dt, ties);
   Tensor xc = to_cuda(x, f).set_requires_grad(true);

@@ -26,7 +26,7 @@ double rtol_for(Dtype dt) { return dt == kFloat16 ? 2e-3 : 1e-5; }
 // Runs `f` on x (dt, format) on CUDA and on x in float64 on the CPU; compares y and dx.
 template <typename F>
 void check_vs_cpu(const std::string& what, const Tensor& x32, const Tensor& gy32, Dtype dt, MemoryFormat f, F run) {
-  INFO(what << " " << dtype_name(dt) << (f == MemoryFormat::ChannelsLast3d ? " NDHWC" : " NCDHW") << " "
+  INFO(what << " " << std::string(dtype_name(dt)) << std::string(f == MemoryFormat::ChannelsLast3d ? " NDHWC" : " NCDHW") << " "
             << shape_str(x32.shape()));
   const Tensor x = x32.cast_copy(dt);  // the values both runs see
   Tensor xc = to_cuda(x, f).set_requires_grad(true);
