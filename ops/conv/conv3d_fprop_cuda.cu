@@ -63,13 +63,15 @@
 // are gather-bound (27 taps x 32 B per output pixel from L2) at ~60-100 TFLOP/s; the Cin = 1 first
 // layer is element-gather bound (~0.3 ms at batch 16).
 // Measured (bench/NOTES.md, tree 474b5be, FP16 NDHWC batch 4), before split K: the deep layers were
-// far below that because their grids were tiny: 128 -> 128 at 8^3 fprop 0.144 ms (16 blocks, 12.6
-// TFLOP/s), 256 -> 256 at 4^3 0.243 ms (4 blocks, 3.7 TFLOP/s); one block alone on its SM ran at
-// 0.8-0.9 TFLOP/s (latency-bound: 8 warps, 3 stages). Split K, predicted, not yet measured (1 block
-// per SM at that rate, plus ~3 us of pipeline fill and partial store per slice, plus the sum):
+// far below that because their grids were small: 128 -> 128 at 8^3 fprop 0.144 ms (16 blocks, 12.6
+// TFLOP/s), 256 -> 256 at 4^3 0.243 ms (4 blocks, 3.7 TFLOP/s), 64 -> 64 at 16^3 0.083 ms (128
+// blocks of 4 warps, 43 TFLOP/s): one block alone on its SM ran at 0.8-0.9 TFLOP/s (8 warps) or
+// 0.34 (4 warps), ~0.1 TFLOP/s a warp: latency-bound. Split K, predicted, not yet measured (each
+// block at that rate, plus ~3 us of pipeline fill and partial store per slice, plus the sum):
 // 256 -> 256 at 4^3: 27 slices, 108 blocks of 8.4 MFLOP ~10 us + ~3 us, sum of 7.1 MB ~3 us, the
-// weight packing ~3 us: ~0.015-0.030 ms (fprop and dgrad alike); 128 -> 128 at 8^3: 8 slices, 128
-// blocks of 14.2 MFLOP ~16 us + ~3 us, sum of 8.4 MB ~3-4 us: ~0.022-0.035 ms.
+// weight packing ~3 us: ~0.015-0.030 ms (fprop and dgrad alike); 128 -> 128 at 8^3: 13 slices, 208
+// blocks of 8.7 MFLOP ~10 us + ~3 us, sum of 13.6 MB ~4-5 us: ~0.020-0.035 ms; 64 -> 64 at 16^3:
+// 3 slices, 384 blocks of 9.4 MFLOP ~28 us + ~3 us, sum of 12.6 MB ~4 us: ~0.035-0.050 ms.
 #include <algorithm>
 
 #include "core/cuda/check.cuh"
@@ -293,26 +295,13 @@ __global__ void sum_slices_kernel(const float* __restrict__ partial, int slices,
   }
 }
 
-// One (Cfg, gather kind, T) of the implicit GEMM: grid (M tiles, N tiles, slices); with slices > 1
-// each z writes its partial and sum_slices_kernel finishes.
-template <class Cfg, GatherKind kKind, typename T>
-void launch(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, float* partial, int slices,
-            const char* op) {
-  auto kernel = tc_igemm_kernel<Cfg, T, kKind>;
-  static const bool configured = [&] {  // opt in to > 48 KiB of dynamic shared memory, once per config
-    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    return true;
-  }();
-  (void)configured;
-  const dim3 grid((g.M + Cfg::kBlockM - 1) / Cfg::kBlockM, (e.N + Cfg::kBlockN - 1) / Cfg::kBlockN, slices);
-  HG_CHECK(grid.y <= 65535, op << ": " << e.N << " GEMM columns exceed the grid");
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, cuda::stream()>>>(g, B, k_pad, e, vector_a, slices > 1 ? partial : nullptr);
-  HG_CUDA_LAUNCH_CHECK(op);
-  if (slices > 1) {
-    sum_slices_kernel<T><<<cuda::grid_for(int64_t{g.M} * e.N), 256, 0, cuda::stream()>>>(partial, slices, g, e);
-    HG_CUDA_LAUNCH_CHECK(op);
-  }
-}
+/// One instantiation of the implicit GEMM, as a tag: tile Cfg, gather kind kKind, operand type T.
+template <class Cfg_, GatherKind kKind_, typename T_>
+struct Config {
+  using Cfg = Cfg_;
+  using T = T_;
+  static constexpr GatherKind kKind = kKind_;
+};
 
 // The tile for N output columns (file comment): its block N, the one place the thresholds live.
 int tile_columns(int N) {
@@ -322,35 +311,85 @@ static_assert(FpropTileN16::kBlockM == FpropTileN128::kBlockM && FpropTileN32::k
                   FpropTileN16::kBlockM == FpropTileN32::kBlockM,
               "tc_igemm_slices counts tiles of one block M");
 
-// That tile, on operands of type T, for one gather kind.
-template <GatherKind kKind, typename T>
-void launch_for_n(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, float* partial, int slices,
-                  const char* op) {
-  switch (tile_columns(e.N)) {
-    case FpropTileN16::kBlockN: return launch<FpropTileN16, kKind>(g, B, k_pad, e, vector_a, partial, slices, op);
-    case FpropTileN32::kBlockN: return launch<FpropTileN32, kKind>(g, B, k_pad, e, vector_a, partial, slices, op);
-    case FpropTileN64::kBlockN: return launch<FpropTileN64, kKind>(g, B, k_pad, e, vector_a, partial, slices, op);
-    default: return launch<FpropTileN128, kKind>(g, B, k_pad, e, vector_a, partial, slices, op);
-  }
+/// f(Config<...>{}) for the instantiation that serves (g, type, N): the tile for N, the gather kind of
+/// g (conv_igemm.cuh: Cubic3 for the U-Net's 3x3x3 stride-1 convolutions, PerAxis otherwise), T.
+template <class F>
+auto with_config(const Gather& g, TcOperand type, int N, F&& f) {
+  auto by_tile = [&](auto kind, auto type_tag) {
+    constexpr GatherKind kKind = decltype(kind)::value;
+    using T = decltype(type_tag);
+    switch (tile_columns(N)) {
+      case FpropTileN16::kBlockN: return f(Config<FpropTileN16, kKind, T>{});
+      case FpropTileN32::kBlockN: return f(Config<FpropTileN32, kKind, T>{});
+      case FpropTileN64::kBlockN: return f(Config<FpropTileN64, kKind, T>{});
+      default: return f(Config<FpropTileN128, kKind, T>{});
+    }
+  };
+  auto by_kind = [&](auto type_tag) {
+    if (gather_kind(g) == GatherKind::Cubic3)
+      return by_tile(std::integral_constant<GatherKind, GatherKind::Cubic3>{}, type_tag);
+    return by_tile(std::integral_constant<GatherKind, GatherKind::PerAxis>{}, type_tag);
+  };
+  if (type == TcOperand::BFloat16) return by_kind(__nv_bfloat16{});
+  return by_kind(__half{});
 }
 
-// The gather kind (conv_igemm.cuh) as a template argument: the U-Net's 3x3x3 stride-1 convolutions
-// get the Cubic3 kernels, every other geometry the per-axis ones.
-template <typename T>
-void launch_for_gather(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, float* partial,
-                       int slices, const char* op) {
-  if (gather_kind(g) == GatherKind::Cubic3) launch_for_n<GatherKind::Cubic3>(g, B, k_pad, e, vector_a, partial, slices, op);
-  else launch_for_n<GatherKind::PerAxis>(g, B, k_pad, e, vector_a, partial, slices, op);
+/// Opts the kernel of C in to its > 48 KiB of dynamic shared memory, once per instantiation.
+template <class C>
+void configure(const char* op) {
+  static const bool configured = [&] {
+    const auto kernel = tc_igemm_kernel<typename C::Cfg, typename C::T, C::kKind>;
+    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::Cfg::kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+}
+
+/// Blocks of C's kernel resident on one SM (the occupancy calculator: its registers, threads and
+/// shared memory), asked once per instantiation (one device per process, core/cuda/runtime.h).
+template <class C>
+int resident_blocks(const char* op) {
+  configure<C>(op);
+  static const int blocks = [&] {
+    const auto kernel = tc_igemm_kernel<typename C::Cfg, typename C::T, C::kKind>;
+    int n = 0;
+    HG_CUDA_CHECK(op, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, C::Cfg::kThreads, C::Cfg::kSmemBytes));
+    return std::max(n, 1);
+  }();
+  return blocks;
+}
+
+// One instantiation of the implicit GEMM: grid (M tiles, N tiles, slices); with slices > 1 each z
+// writes its partial and sum_slices_kernel finishes.
+template <class C>
+void launch(C, const Gather& g, const void* B, int k_pad, const Epilogue& e, bool vector_a, float* partial, int slices,
+            const char* op) {
+  using Cfg = typename C::Cfg;
+  using T = typename C::T;
+  configure<C>(op);
+  const auto kernel = tc_igemm_kernel<Cfg, T, C::kKind>;
+  const dim3 grid((g.M + Cfg::kBlockM - 1) / Cfg::kBlockM, (e.N + Cfg::kBlockN - 1) / Cfg::kBlockN, slices);
+  HG_CHECK(grid.y <= 65535, op << ": " << e.N << " GEMM columns exceed the grid");
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, cuda::stream()>>>(g, static_cast<const T*>(B), k_pad, e, vector_a,
+                                                                    slices > 1 ? partial : nullptr);
+  HG_CUDA_LAUNCH_CHECK(op);
+  if (slices > 1) {
+    sum_slices_kernel<T><<<cuda::grid_for(int64_t{g.M} * e.N), 256, 0, cuda::stream()>>>(partial, slices, g, e);
+    HG_CUDA_LAUNCH_CHECK(op);
+  }
 }
 
 }  // namespace
 
-int tc_igemm_slices(const Gather& g, const Epilogue& e) {
+int tc_igemm_slices(const Gather& g, TcOperand type, const Epilogue& e, const char* op) {
   if (const int forced = forced_split_k()) return forced;
   if (g.M < 1 || g.K < 1 || e.N < 1) return 1;  // tc_igemm names the empty problem
-  const int64_t tiles = ((int64_t{g.M} + FpropTileN16::kBlockM - 1) / FpropTileN16::kBlockM) *
-                        ((e.N + tile_columns(e.N) - 1) / tile_columns(e.N));
-  return split_k_slices(tiles, (g.K + kBlockK - 1) / kBlockK, g.M, e.N, cuda::sm_count());
+  return with_config(g, type, e.N, [&](auto config) {
+    using Cfg = typename decltype(config)::Cfg;
+    const int64_t tiles = ((int64_t{g.M} + Cfg::kBlockM - 1) / Cfg::kBlockM) * ((e.N + Cfg::kBlockN - 1) / Cfg::kBlockN);
+    const int64_t wave = int64_t{cuda::sm_count()} * resident_blocks<decltype(config)>(op);
+    return split_k_slices(tiles, (g.K + kBlockK - 1) / kBlockK, g.M, e.N, wave);
+  });
 }
 
 void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, float* partial, int slices,
@@ -368,9 +407,7 @@ void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const E
               << e.kw << ") cout=" << e.cout);
   // 16-byte chunks need 8 whole channels inside one tap, starting 16-byte aligned.
   const bool vector_a = g.c % 8 == 0 && reinterpret_cast<uintptr_t>(g.src) % 16 == 0;
-  if (type == TcOperand::BFloat16)
-    launch_for_gather(g, static_cast<const __nv_bfloat16*>(B), k_pad, e, vector_a, partial, slices, op);
-  else launch_for_gather(g, static_cast<const __half*>(B), k_pad, e, vector_a, partial, slices, op);
+  with_config(g, type, e.N, [&](auto config) { launch(config, g, B, k_pad, e, vector_a, partial, slices, op); });
 }
 
 }  // namespace halfgrad::ops::conv::igemm

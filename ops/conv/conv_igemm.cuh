@@ -240,9 +240,10 @@ __device__ __forceinline__ int64_t output_offset(const Epilogue& e, int m, int4 
 /// Throws halfgrad::Error naming op for an empty problem, a bad B, or slices outside 1..65535.
 void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, float* partial, int slices,
               const char* op);
-/// tc_igemm's slice count for (g, e): forced_split_k() while a ForceSplitK lives on this thread, else
-/// split_k_slices (conv_split_k.h) for the tile tc_igemm picks for e.N on this GPU's SM count.
-int tc_igemm_slices(const Gather& g, const Epilogue& e);
+/// tc_igemm's slice count for (g, type, e): forced_split_k() while a ForceSplitK lives on this thread,
+/// else split_k_slices (conv_split_k.h) for the kernel tc_igemm picks, its wave being this GPU's SM
+/// count times the blocks of that kernel one SM holds (the occupancy calculator; CUDA errors name op).
+int tc_igemm_slices(const Gather& g, TcOperand type, const Epilogue& e, const char* op);
 /// The FP32 SIMT twin of tc_igemm (FFMA), B (n_pad, k_pad) FP32.
 void simt_igemm(const Gather& g, const float* B, int k_pad, const Epilogue& e, const char* op);
 /// Split partials of dW (cout, K) = dy^T (cout, M) * A(g) (M, K): partial[s] (cout, K) FP32 for split s

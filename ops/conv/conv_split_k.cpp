@@ -13,11 +13,11 @@ thread_local int forced_slices = 0;  // 0: no ForceSplitK lives on this thread
 
 }  // namespace
 
-int split_k_slices(int64_t tiles, int64_t k_blocks, int64_t M, int64_t N, int sm_count) {
-  HG_CHECK(tiles >= 1 && k_blocks >= 1 && M >= 1 && N >= 1 && sm_count >= 1,
-           "conv split-K: tiles " << tiles << ", K-blocks " << k_blocks << ", M " << M << ", N " << N << " and SM count "
-                                  << sm_count << " must all be >= 1");
-  const int64_t one_wave = sm_count / tiles;           // at most one block per SM
+int split_k_slices(int64_t tiles, int64_t k_blocks, int64_t M, int64_t N, int64_t wave) {
+  HG_CHECK(tiles >= 1 && k_blocks >= 1 && M >= 1 && N >= 1 && wave >= 1,
+           "conv split-K: tiles " << tiles << ", K-blocks " << k_blocks << ", M " << M << ", N " << N << " and wave "
+                                  << wave << " (resident blocks) must all be >= 1");
+  const int64_t one_wave = wave / tiles;                    // every slice's block resident at once
   const int64_t long_slices = k_blocks / kMinSliceKBlocks;  // each slice at least kMinSliceKBlocks
   const int64_t workspace = kMaxPartialFloats / (M * N);    // at most 64 MiB of partials
   const int64_t s = std::min({one_wave, long_slices, workspace, int64_t{65535}});

@@ -10,22 +10,27 @@
 // kernel adds the S partials in slice order (deterministic) and applies the epilogue (bias, output
 // dtype, scatter). The weight gradient splits its long M the same way (conv3d_wgrad_cuda.cu).
 //
-// The rule (split_k_slices), for `tiles` output tiles of a K of `k_blocks` 32-wide K-blocks:
-//   S = min(floor(sm_count / tiles), floor(k_blocks / kMinSliceKBlocks), floor(kMaxPartialFloats / (M N)))
+// The rule (split_k_slices), for `tiles` output tiles of a K of `k_blocks` 32-wide K-blocks, on a GPU
+// that holds `wave` blocks of the kernel at once (SM count x the blocks one SM holds, which
+// tc_igemm_slices asks the occupancy calculator for):
+//   S = min(floor(wave / tiles), floor(k_blocks / kMinSliceKBlocks), floor(kMaxPartialFloats / (M N)))
 //   and S = 1 (no split) when that is < 2.
-//   * floor(sm_count / tiles): at most one wave of blocks. The 128 x 128 tile's 256-thread block may
-//     hold most of the register file (~128+ registers a thread), so one block per SM is all that can
-//     be counted on; a partial second wave would double the time for a few blocks.
+//   * floor(wave / tiles): at most one wave of resident blocks, so no slice waits for another to end.
+//     More resident blocks is the point: this kernel is latency-bound, each warp reaching ~0.1
+//     TFLOP/s whatever its block (measured, bench/NOTES.md: a 128 x 128 block of 8 warps alone on its
+//     SM 0.8-0.9 TFLOP/s, a 128 x 64 block of 4 warps 0.34), so an SM's rate grows with its warps.
 //   * kMinSliceKBlocks = 8 (256 of K): a slice's fixed costs (the row table, the two-slice cp.async
 //     prologue, storing a 128 x 128 FP32 partial of 64 KiB) stay below ~1/4 of its main loop.
 //   * at most kMaxPartialFloats = 16 Mi FP32 (64 MiB) of partials, as the weight gradient's splits.
-// Worked figures (H200, 132 SMs, tiles of 128 rows; N = 256 and 128 take the 128-column tile):
-//   256 -> 256 at 4^3, batch 4:  M = 256,  tiles 2 x 2 = 4,  k_blocks 216: min(33, 27) = 27 slices of
+// Worked figures (H200: 132 SMs; sm_90 ptxas: the 128 x 128 kernel uses 125-128 registers for 256
+// threads, so 2 blocks an SM, wave 264; the 128 x 64 one 160-168 for 128 threads, 3 an SM, wave 396):
+//   256 -> 256 at 4^3, batch 4:  M = 256,  tiles 2 x 2 = 4,  k_blocks 216: min(66, 27) = 27 slices of
 //                                8 K-blocks, 108 blocks, partials 27 x 256 x 256 x 4 B = 7.1 MB
-//   256 -> 256 at 4^3, batch 16: M = 1024, tiles 8 x 2 = 16, k_blocks 216: min(8, 27) = 8 slices of 27
-//   128 -> 128 at 8^3, batch 4:  M = 2048, tiles 16,          k_blocks 108: min(8, 13) = 8 slices of 13-14
-//   128 -> 128 at 8^3, batch 16: M = 8192, tiles 64,          k_blocks 108: 2 slices of 54
-//   64 -> 64 at 16^3, batch 4:   M = 16384, 128 tiles of 128 x 64: floor(132 / 128) = 1, no split.
+//   256 -> 256 at 4^3, batch 16: M = 1024, tiles 8 x 2 = 16, k_blocks 216: min(16, 27) = 16 slices
+//   128 -> 128 at 8^3, batch 4:  M = 2048, tiles 16,          k_blocks 108: min(16, 13) = 13 slices
+//   128 -> 128 at 8^3, batch 16: M = 8192, tiles 64,          k_blocks 108: min(4, 13) = 4 slices
+//   64 -> 64 at 16^3, batch 4:   M = 16384, 128 tiles of 128 x 64, k_blocks 54: min(3, 6) = 3 slices
+//   64 -> 64 at 16^3, batch 16:  512 tiles > 396: no split.
 #pragma once
 #include <cstdint>
 
@@ -35,9 +40,9 @@ constexpr int kMinSliceKBlocks = 8;                       // K-blocks (of 32) a 
 constexpr int64_t kMaxPartialFloats = int64_t{16} << 20;  // FP32 partials a split may allocate (64 MiB)
 
 /// The number of K slices S >= 1 for a GEMM of `tiles` output tiles, `k_blocks` K-blocks and an
-/// M x N output on a GPU of `sm_count` SMs, by the rule of the file comment. Pure arithmetic; throws
-/// halfgrad::Error naming the arguments where tiles, k_blocks, M, N or sm_count is < 1.
-int split_k_slices(int64_t tiles, int64_t k_blocks, int64_t M, int64_t N, int sm_count);
+/// M x N output on a GPU that holds `wave` of its blocks at once, by the rule of the file comment.
+/// Pure arithmetic; throws halfgrad::Error naming the arguments where any of them is < 1.
+int split_k_slices(int64_t tiles, int64_t k_blocks, int64_t M, int64_t N, int64_t wave);
 
 /// The slice count a ForceSplitK on this thread asks for, or 0 when none lives (the rule decides).
 int forced_split_k();

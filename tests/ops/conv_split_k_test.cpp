@@ -30,43 +30,47 @@ int64_t k_blocks_3x3x3(int64_t c) { return (27 * c + 31) / 32; }
 }  // namespace
 
 TEST_CASE("conv split-K rule: the header's worked figures on a 132-SM H200") {
-  // (batch, spatial extent S, channels c) of a c -> c 3x3x3 layer: M = batch * S^3, N = c, K = 27 c.
+  // (batch, spatial extent S, channels c) of a c -> c 3x3x3 layer: M = batch * S^3, N = c, K = 27 c;
+  // wave = 132 SMs x the blocks one SM holds (2 of the 128 x 128 kernel, 3 of the 128 x 64 one, 4 of
+  // the 128 x 16 one: sm_90 ptxas register counts, header).
   struct Want {
-    int64_t batch, extent, channels;
+    int64_t batch, extent, channels, wave;
     int slices;
   };
   const Want cases[] = {
-      {4, 4, 256, 27},   // 4 tiles: min(132 / 4 = 33, 216 / 8 = 27)
-      {16, 4, 256, 8},   // 16 tiles: min(8, 27)
-      {4, 8, 128, 8},    // 16 tiles, 108 K-blocks: min(8, 13)
-      {16, 8, 128, 2},   // 64 tiles: min(2, 13)
-      {4, 16, 64, 1},    // 128 tiles of 128 x 64: no split
-      {16, 64, 16, 1},   // the level-0 layers: thousands of tiles
+      {4, 4, 256, 264, 27},    // 4 tiles: min(264 / 4 = 66, 216 / 8 = 27)
+      {16, 4, 256, 264, 16},   // 16 tiles: min(16, 27)
+      {4, 8, 128, 264, 13},    // 16 tiles, 108 K-blocks: min(16, 13)
+      {16, 8, 128, 264, 4},    // 64 tiles: min(4, 13)
+      {4, 16, 64, 396, 3},     // 128 tiles of 128 x 64, 54 K-blocks: min(3, 6)
+      {16, 16, 64, 396, 1},    // 512 tiles: more than a wave, no split
+      {16, 64, 16, 528, 1},    // the level-0 layers: thousands of tiles
   };
   for (const Want& c : cases) {
     const int64_t M = c.batch * c.extent * c.extent * c.extent;
     CAPTURE(M);
     CAPTURE(c.channels);
-    CHECK(split_k_slices(tiles_for(M, c.channels), k_blocks_3x3x3(c.channels), M, c.channels, 132) == c.slices);
+    CHECK(split_k_slices(tiles_for(M, c.channels), k_blocks_3x3x3(c.channels), M, c.channels, c.wave) == c.slices);
   }
 }
 
 TEST_CASE("conv split-K rule: at most one wave, slices of at least kMinSliceKBlocks, at most 64 MiB of partials") {
-  for (int sms : {1, 16, 78, 132}) {
+  for (int64_t wave : {1, 16, 78, 132, 264, 528}) {
     for (int64_t M : {1, 100, 256, 1024, 2048, 8192, 1 << 20}) {
       for (int64_t N : {3, 16, 24, 64, 256, 1024}) {
         for (int64_t kb : {1, 7, 8, 15, 34, 108, 216, 5000}) {
-          const std::string what = "sms " + std::to_string(sms) + " M " + std::to_string(M) + " N " + std::to_string(N) +
+          const std::string what = "wave " + std::to_string(wave) + " M " + std::to_string(M) + " N " + std::to_string(N) +
                                    " k_blocks " + std::to_string(kb);
           CAPTURE(what);
           const int64_t tiles = tiles_for(M, N);
-          const int s = split_k_slices(tiles, kb, M, N, sms);
+          const int s = split_k_slices(tiles, kb, M, N, wave);
           REQUIRE(s >= 1);
+          CHECK(split_k_slices(tiles, kb, M, N, 2 * wave) >= s);  // a larger wave never splits less
           if (s == 1) continue;
-          CHECK(tiles * s <= sms);                     // one wave
+          CHECK(tiles * s <= wave);                    // one wave
           CHECK(kb / s >= kMinSliceKBlocks);           // every slice long enough
           CHECK(s * M * N <= kMaxPartialFloats);       // the workspace bound
-          CHECK(split_k_slices(tiles, kb, M, N, sms) == s);  // pure
+          CHECK(split_k_slices(tiles, kb, M, N, wave) == s);  // pure
         }
       }
     }
@@ -78,8 +82,8 @@ TEST_CASE("conv split-K rule: at most one wave, slices of at least kMinSliceKBlo
 }
 
 TEST_CASE("conv split-K rule: arguments below 1 are refused, naming them") {
-  testing::check_error([] { split_k_slices(0, 8, 1, 1, 132); }, {"conv split-K", "tiles 0", "SM count 132"});
-  testing::check_error([] { split_k_slices(4, 8, 256, 256, 0); }, {"conv split-K", "SM count 0"});
+  testing::check_error([] { split_k_slices(0, 8, 1, 1, 132); }, {"conv split-K", "tiles 0", "wave 132"});
+  testing::check_error([] { split_k_slices(4, 8, 256, 256, 0); }, {"conv split-K", "wave 0"});
   testing::check_error([] { ForceSplitK f(0); }, {"ForceSplitK", "0 slices", "1..65535"});
   testing::check_error([] { ForceSplitK f(65536); }, {"ForceSplitK", "65536"});
 }
