@@ -9,10 +9,12 @@
 // The launchers of ops/conv/conv3d_cuda.h are called directly (no autograd, no gradient accumulation),
 // like the phases cuDNN runs inside torch's backward; NCDHW variants include the layout conversions.
 //
-// Usage: conv3d_cuda_bench OUT.json [BATCH]   (BATCH 16 by default; torch_conv3d.py uses 4, so run
+// Usage: conv3d_cuda_bench OUT.json [BATCH] [options]   (BATCH 16 by default; torch_conv3d.py uses 4, so run
 // with 4 for a like-for-like ms ratio; TFLOP/s compare at any batch). Runtime ~10-30 s on an H200.
-// A third argument --implicit-gemm runs every layer on the implicit GEMM (tc_igemm) even where the
-// halo kernels would (ops/conv/conv_halo_path.h): the before/after of issue 11 item 5 in one call.
+// Options after BATCH: --implicit-gemm runs every layer on the implicit GEMM (tc_igemm) even where the
+// halo kernels would (ops/conv/conv_halo_path.h): the before/after of issue 11 item 5 in one call;
+// --no-split-k runs the implicit GEMM unsplit (ForceSplitK(1), ops/conv/conv_split_k.h): the
+// before/after of split K (the 128- and 256-channel layers) in one call.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -29,6 +31,7 @@
 
 #include "ops/conv/conv3d_cuda.h"
 #include "ops/conv/conv_halo_path.h"
+#include "ops/conv/conv_split_k.h"
 
 namespace halfgrad::cuda {
 cudaStream_t stream();  // core/cuda/check.cuh (a .cuh: not includable from host C++)
@@ -39,7 +42,7 @@ using namespace halfgrad;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: conv3d_cuda_bench OUT.json [BATCH]\n";
+    std::cerr << "usage: conv3d_cuda_bench OUT.json [BATCH] [--implicit-gemm] [--no-split-k]\n";
     return 2;
   }
 #ifndef HALFGRAD_CUDA
@@ -51,15 +54,27 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int64_t B = argc > 2 ? std::stoll(argv[2]) : 16;
-  const bool implicit_gemm_only = argc > 3 && std::string(argv[3]) == "--implicit-gemm";
-  if (argc > 3 && !implicit_gemm_only) {
-    std::cerr << "conv3d_cuda_bench: unknown option " << argv[3] << " (expected --implicit-gemm)\n";
-    return 2;
+  bool implicit_gemm_only = false, no_split_k = false;
+  for (int i = 3; i < argc; ++i) {
+    const std::string opt = argv[i];
+    if (opt == "--implicit-gemm") {
+      implicit_gemm_only = true;
+    } else if (opt == "--no-split-k") {
+      no_split_k = true;
+    } else {
+      std::cerr << "conv3d_cuda_bench: unknown option " << opt << " (expected --implicit-gemm or --no-split-k)\n";
+      return 2;
+    }
   }
   std::optional<ops::conv::ForceImplicitGemm> force;  // held for the whole run
   if (implicit_gemm_only) {
     force.emplace();
     std::cout << "all layers on the implicit GEMM (--implicit-gemm)\n";
+  }
+  std::optional<ops::conv::ForceSplitK> unsplit;  // held for the whole run
+  if (no_split_k) {
+    unsplit.emplace(1);
+    std::cout << "implicit GEMM unsplit (--no-split-k)\n";
   }
   std::cout << "device: " << cuda::device_description() << ", batch " << B << "\n";
   struct Layer {

@@ -145,7 +145,10 @@ void run_igemm(const Gather& ga, const Tensor& B, const Epilogue& e, const char*
   igemm::TcOperand type = igemm::TcOperand::Half;
   if (tensor_core_operand(B.dtype(), &type)) {
     HG_CHECK(B.size(0) >= (e.N + igemm::kPadN - 1) / igemm::kPadN * igemm::kPadN, op << ": packed weight has too few rows");
-    igemm::tc_igemm(ga, type, B.raw_data(), k_pad, e, op);
+    const int slices = igemm::tc_igemm_slices(ga, type, e, op);  // split K where the output has too few tiles
+    const Tensor partial =
+        slices > 1 ? Tensor::empty({int64_t{slices} * ga.M * e.N}, kFloat32, Device::CUDA) : Tensor();
+    igemm::tc_igemm(ga, type, B.raw_data(), k_pad, e, slices > 1 ? partial.data<float>() : nullptr, slices, op);
   } else {
     igemm::simt_igemm(ga, B.data<float>(), k_pad, e, op);
   }

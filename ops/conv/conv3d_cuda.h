@@ -8,7 +8,9 @@
 // tensor_core_operand); FP32 runs on FFMA. Kernels, math and layouts:
 //   conv_igemm.cuh        the implicit-GEMM view (gathers, GatherKind), pointer launchers; the PTX
 //                         wrappers and tile shapes are ops/tensor_core/'s, shared with the GEMM
-//   conv3d_fprop_cuda.cu  Tensor Core implicit GEMM: fprop, dgrad, conv_transpose3d forward
+//   conv3d_fprop_cuda.cu  Tensor Core implicit GEMM: fprop, dgrad, conv_transpose3d forward; K split
+//                         into slices where the output has few tiles (conv_split_k.h: the rule, and
+//                         ForceSplitK, the tests' switch)
 //   conv3d_fprop_halo_cuda.cu  fprop and dgrad of the 3x3x3 stride-1 padding-1 layers with 1/16/32 -> 16/32
 //                         channels in FP16/BF16: halo tiles in shared memory (conv_halo_path.h decides)
 //   conv3d_wgrad_cuda.cu  Tensor Core weight gradient (split over M, deterministic sum)

@@ -13,7 +13,8 @@
 //            y[b, z*kd + a, y*kh + bb, x*kw + e, co]: every output element is written exactly once.
 // Layout: A's source and C are NDHWC (C row-major with N channels: the output volume itself).
 //
-// Parallel mapping: one block per BM x BN tile of C (blockIdx.x over M, blockIdx.y over N); the
+// Parallel mapping: one block per BM x BN tile of C (blockIdx.x over M, blockIdx.y over N) and slice
+// of K (blockIdx.z; one slice unless split K, below); the
 // warps form a kWarpsM x kWarpsN grid, each owning a (BM/kWarpsM) x (BN/kWarpsN) tile made of
 // mma.sync.m16n8k16 instructions. K advances in slices of kBlockK = 32 through a kStages = 3 deep
 // cp.async pipeline (two slices in flight while the third is multiplied); fragments come from shared
@@ -35,9 +36,22 @@
 // predication: it is zero-padded to (n_pad, k_pad) when it is built. Output columns past N and rows
 // past M are computed on zeros and not stored; odd N (Cout = 3) is stored element by element.
 //
+// Split K (conv_split_k.h has the rule and its worked figures): where the output has too few tiles for
+// the SMs and K is long (the 256-channel layer at 4^3: 4 tiles, 216 K-blocks), gridDim.z = S slices;
+// slice z walks the K-blocks [z * kb / S, (z + 1) * kb / S) of the kb = ceil(K / 32) (balanced; a
+// slice is empty where S > kb and then writes zeros) and stores its raw FP32 sums to partial[z]
+// (M, N) row-major, with no bias and no rounding. sum_slices_kernel then adds partial[0], partial[1],
+// ... in that order for each element (no atomics: the same bits every run, whatever the schedule) and
+// applies the epilogue through store_element, the function the unsplit epilogue's element stores use.
+// S = 1 is the single kernel as it was: its epilogue and its bits are unchanged (the tests' oracle,
+// ForceSplitK(1)). Split and unsplit differ in summation order only (FP32 either way).
+// Reduce traffic: S x M x N x 4 bytes written by the slices and read back once (mostly from L2: 7.1 MB
+// for the 256-channel layer at batch 4), M x N x 2 bytes of output.
+//
 // Precision: 16-bit operands T (the kernel is a template over T = __half or __nv_bfloat16, the same
 // tiles and the .f16 or .bf16 MMA), FP32 accumulation in the MMA registers, bias added in FP32, the
-// result rounded once to T (round to nearest even) or stored as FP32. Instantiated for both types.
+// result rounded once to T (round to nearest even) or stored as FP32 (split K: FP32 partials, FP32
+// sum of the slices, then the same bias and one rounding). Instantiated for both types.
 //
 // Shared memory: each tile row holds kBlockK + 8 16-bit words (80 bytes): the 8 rows one ldmatrix reads then
 // start at byte offsets 0, 80, 160, ... = 8 different 16-byte slots modulo 128, so the 8 row reads
@@ -48,10 +62,21 @@
 // TFLOP/s for the 64..256-channel 3x3x3 layers (fprop and dgrad alike); the Cout = 16 layers at 64^3
 // are gather-bound (27 taps x 32 B per output pixel from L2) at ~60-100 TFLOP/s; the Cin = 1 first
 // layer is element-gather bound (~0.3 ms at batch 16).
+// Measured (bench/NOTES.md, tree 474b5be, FP16 NDHWC batch 4), before split K: the deep layers were
+// far below that because their grids were small: 128 -> 128 at 8^3 fprop 0.144 ms (16 blocks, 12.6
+// TFLOP/s), 256 -> 256 at 4^3 0.243 ms (4 blocks, 3.7 TFLOP/s), 64 -> 64 at 16^3 0.083 ms (128
+// blocks of 4 warps, 43 TFLOP/s): one block alone on its SM ran at 0.8-0.9 TFLOP/s (8 warps) or
+// 0.34 (4 warps), ~0.1 TFLOP/s a warp: latency-bound. Split K, predicted, not yet measured (each
+// block at that rate, plus ~3 us of pipeline fill and partial store per slice, plus the sum):
+// 256 -> 256 at 4^3: 27 slices, 108 blocks of 8.4 MFLOP ~10 us + ~3 us, sum of 7.1 MB ~3 us, the
+// weight packing ~3 us: ~0.015-0.030 ms (fprop and dgrad alike); 128 -> 128 at 8^3: 13 slices, 208
+// blocks of 8.7 MFLOP ~10 us + ~3 us, sum of 13.6 MB ~4-5 us: ~0.020-0.035 ms; 64 -> 64 at 16^3:
+// 3 slices, 384 blocks of 9.4 MFLOP ~28 us + ~3 us, sum of 12.6 MB ~4 us: ~0.035-0.050 ms.
 #include <algorithm>
 
 #include "core/cuda/check.cuh"
 #include "ops/conv/conv_igemm.cuh"
+#include "ops/conv/conv_split_k.h"
 
 namespace halfgrad::ops::conv::igemm {
 namespace {
@@ -114,27 +139,29 @@ __device__ __forceinline__ void load_slice(const Gather& g, const int4* rows, bo
   }
 }
 
+/// C[m][n] = v (+ bias) through the epilogue e (the element's place: output_offset; row = m's gather
+/// row, read only by the scatter). The one place an output element is written, by both kernels.
+template <typename T>
+__device__ __forceinline__ void store_element(const Epilogue& e, int m, int4 row, int n, float v) {
+  int ch;
+  const int64_t off = output_offset(e, m, row, n, ch);
+  if (e.bias) v += operand_to_float(static_cast<const T*>(e.bias)[ch]);
+  if (e.out_operand) static_cast<T*>(e.out)[off] = operand_from_float<T>(v);
+  else static_cast<float*>(e.out)[off] = v;
+}
+
 template <class Cfg, typename T>
 __device__ __forceinline__ void store_pair(const Epilogue& e, const int4* rows, int block_m, int m, int n, float v0,
                                            float v1, const Gather& g) {
   if (m >= g.M) return;
   const int4 row = rows[m - block_m];
-  const T* bias = static_cast<const T*>(e.bias);
-  for (int j = 0; j < 2; ++j) {
-    const int nn = n + j;
-    if (nn >= e.N) return;
-    int ch;
-    const int64_t off = output_offset(e, m, row, nn, ch);
-    float v = j == 0 ? v0 : v1;
-    if (bias) v += operand_to_float(bias[ch]);
-    if (e.out_operand) static_cast<T*>(e.out)[off] = operand_from_float<T>(v);
-    else static_cast<float*>(e.out)[off] = v;
-  }
+  if (n < e.N) store_element<T>(e, m, row, n, v0);
+  if (n + 1 < e.N) store_element<T>(e, m, row, n + 1, v1);
 }
 
 template <class Cfg, typename T, GatherKind kKind>
 __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const T* __restrict__ B, int k_pad,
-                                                                  Epilogue e, bool vector_a) {
+                                                                  Epilogue e, bool vector_a, float* __restrict__ partial) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
   int4* rows = reinterpret_cast<int4*>(smem_raw + kStages * Cfg::kStageHalfs * 2);
@@ -156,19 +183,24 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
 
-  const int num_k = (g.K + kBlockK - 1) / kBlockK;
+  // This block's K-blocks [kb_begin, kb_begin + num_k): all of K unsplit, slice blockIdx.z of gridDim.z
+  // otherwise (balanced: slice z gets K-blocks [z * total / S, (z + 1) * total / S); empty where S > total).
+  const int total_k = (g.K + kBlockK - 1) / kBlockK;
+  const int kb_begin = static_cast<int>(int64_t{blockIdx.z} * total_k / gridDim.z);
+  const int num_k = static_cast<int>(int64_t{blockIdx.z + 1} * total_k / gridDim.z) - kb_begin;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k) load_slice<Cfg, T, kKind>(g, rows, vector_a, B, k_pad, block_n, s, stage_a(s), stage_b(s));
+    if (s < num_k) load_slice<Cfg, T, kKind>(g, rows, vector_a, B, k_pad, block_n, kb_begin + s, stage_a(s), stage_b(s));
     cp_async_commit();
   }
 
-  for (int kt = 0; kt < num_k; ++kt) {
+  for (int kt = 0; kt < num_k; ++kt) {  // kt counts this block's K-blocks; the stage is kt % kStages
     cp_async_wait<kStages - 2>();
     __syncthreads();  // slice kt has landed for every thread; stage (kt-1) % kStages is free again
     const int next = kt + kStages - 1;
     if (next < num_k)
-      load_slice<Cfg, T, kKind>(g, rows, vector_a, B, k_pad, block_n, next, stage_a(next % kStages), stage_b(next % kStages));
+      load_slice<Cfg, T, kKind>(g, rows, vector_a, B, k_pad, block_n, kb_begin + next, stage_a(next % kStages),
+                                stage_b(next % kStages));
     cp_async_commit();
 
     const T* As = stage_a(kt % kStages);
@@ -197,7 +229,30 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
   }
   cp_async_wait<0>();
 
-  // Epilogue: accumulator (i, j) holds rows lane/4 and lane/4 + 8, columns 2*(lane%4) and +1.
+  // Accumulator (i, j) holds rows lane/4 and lane/4 + 8, columns 2*(lane%4) and +1.
+  if (partial) {  // split K: this slice's raw FP32 sums to partial[z] (M, N); sum_slices_kernel does the epilogue
+    float* part = partial + int64_t{blockIdx.z} * g.M * e.N;
+#pragma unroll
+    for (int i = 0; i < Cfg::kMmaM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::kMmaN; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int m = block_m + warp_m * Cfg::kWarpM + i * kInstrM + lane / 4 + h * 8;
+          const int n = block_n + warp_n * Cfg::kWarpN + j * kInstrN + (lane % 4) * 2;
+          if (m >= g.M || n >= e.N) continue;
+          const int64_t off = static_cast<int64_t>(m) * e.N + n;  // even when N is: float2-aligned
+          if (e.N % 2 == 0) {
+            *reinterpret_cast<float2*>(part + off) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+          } else {
+            part[off] = acc[i][j][2 * h];
+            if (n + 1 < e.N) part[off + 1] = acc[i][j][2 * h + 1];
+          }
+        }
+    return;
+  }
+
+  // Epilogue (unsplit): bias, rounding and the store, straight from the accumulators.
   const bool pair_store = !e.scatter && e.N % 2 == 0;
 #pragma unroll
   for (int i = 0; i < Cfg::kMmaM; ++i)
@@ -224,42 +279,126 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
       }
 }
 
-template <class Cfg, GatherKind kKind, typename T>
-void launch(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, const char* op) {
-  auto kernel = tc_igemm_kernel<Cfg, T, kKind>;
-  static const bool configured = [&] {  // opt in to > 48 KiB of dynamic shared memory, once per config
-    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+/// Split K: partial (slices, M, N) FP32 -> C[m][n] = sum over s = 0, 1, ..., slices - 1 of partial[s][m][n],
+/// added in that order (the same bits every run), then the epilogue (store_element: bias, rounding,
+/// scatter). One thread per output element, grid-stride; consecutive threads read consecutive
+/// floats of each slice. Memory-bound: slices x 4 + (2 or 4) bytes per element.
+template <typename T>
+__global__ void sum_slices_kernel(const float* __restrict__ partial, int slices, Gather g, Epilogue e) {
+  const int64_t total = static_cast<int64_t>(g.M) * e.N;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float v = 0.f;
+    for (int s = 0; s < slices; ++s) v += partial[s * total + i];
+    const int m = static_cast<int>(i / e.N), n = static_cast<int>(i % e.N);
+    const int4 row = e.scatter ? gather_row<GatherKind::PerAxis>(g, m) : make_int4(0, 0, 0, 0);  // scatter reads it
+    store_element<T>(e, m, row, n, v);
+  }
+}
+
+/// One instantiation of the implicit GEMM, as a tag: tile Cfg, gather kind kKind, operand type T.
+template <class Cfg_, GatherKind kKind_, typename T_>
+struct Config {
+  using Cfg = Cfg_;
+  using T = T_;
+  static constexpr GatherKind kKind = kKind_;
+};
+
+// The tile for N output columns (file comment): its block N, the one place the thresholds live.
+int tile_columns(int N) {
+  return N <= 16 ? FpropTileN16::kBlockN : N <= 32 ? FpropTileN32::kBlockN : N <= 64 ? FpropTileN64::kBlockN : FpropTileN128::kBlockN;
+}
+static_assert(FpropTileN16::kBlockM == FpropTileN128::kBlockM && FpropTileN32::kBlockM == FpropTileN64::kBlockM &&
+                  FpropTileN16::kBlockM == FpropTileN32::kBlockM,
+              "tc_igemm_slices counts tiles of one block M");
+
+/// f(Config<...>{}) for the instantiation that serves (g, type, N): the tile for N, the gather kind of
+/// g (conv_igemm.cuh: Cubic3 for the U-Net's 3x3x3 stride-1 convolutions, PerAxis otherwise), T.
+template <class F>
+auto with_config(const Gather& g, TcOperand type, int N, F&& f) {
+  auto by_tile = [&](auto kind, auto type_tag) {
+    constexpr GatherKind kKind = decltype(kind)::value;
+    using T = decltype(type_tag);
+    switch (tile_columns(N)) {
+      case FpropTileN16::kBlockN: return f(Config<FpropTileN16, kKind, T>{});
+      case FpropTileN32::kBlockN: return f(Config<FpropTileN32, kKind, T>{});
+      case FpropTileN64::kBlockN: return f(Config<FpropTileN64, kKind, T>{});
+      default: return f(Config<FpropTileN128, kKind, T>{});
+    }
+  };
+  auto by_kind = [&](auto type_tag) {
+    if (gather_kind(g) == GatherKind::Cubic3)
+      return by_tile(std::integral_constant<GatherKind, GatherKind::Cubic3>{}, type_tag);
+    return by_tile(std::integral_constant<GatherKind, GatherKind::PerAxis>{}, type_tag);
+  };
+  if (type == TcOperand::BFloat16) return by_kind(__nv_bfloat16{});
+  return by_kind(__half{});
+}
+
+/// Opts the kernel of C in to its > 48 KiB of dynamic shared memory, once per instantiation.
+template <class C>
+void configure(const char* op) {
+  static const bool configured = [&] {
+    const auto kernel = tc_igemm_kernel<typename C::Cfg, typename C::T, C::kKind>;
+    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::Cfg::kSmemBytes));
     return true;
   }();
   (void)configured;
-  const dim3 grid((g.M + Cfg::kBlockM - 1) / Cfg::kBlockM, (e.N + Cfg::kBlockN - 1) / Cfg::kBlockN);
+}
+
+/// Blocks of C's kernel resident on one SM (the occupancy calculator: its registers, threads and
+/// shared memory), asked once per instantiation (one device per process, core/cuda/runtime.h).
+template <class C>
+int resident_blocks(const char* op) {
+  configure<C>(op);
+  static const int blocks = [&] {
+    const auto kernel = tc_igemm_kernel<typename C::Cfg, typename C::T, C::kKind>;
+    int n = 0;
+    HG_CUDA_CHECK(op, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, C::Cfg::kThreads, C::Cfg::kSmemBytes));
+    return std::max(n, 1);
+  }();
+  return blocks;
+}
+
+// One instantiation of the implicit GEMM: grid (M tiles, N tiles, slices); with slices > 1 each z
+// writes its partial and sum_slices_kernel finishes.
+template <class C>
+void launch(C, const Gather& g, const void* B, int k_pad, const Epilogue& e, bool vector_a, float* partial, int slices,
+            const char* op) {
+  using Cfg = typename C::Cfg;
+  using T = typename C::T;
+  configure<C>(op);
+  const auto kernel = tc_igemm_kernel<Cfg, T, C::kKind>;
+  const dim3 grid((g.M + Cfg::kBlockM - 1) / Cfg::kBlockM, (e.N + Cfg::kBlockN - 1) / Cfg::kBlockN, slices);
   HG_CHECK(grid.y <= 65535, op << ": " << e.N << " GEMM columns exceed the grid");
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, cuda::stream()>>>(g, B, k_pad, e, vector_a);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, cuda::stream()>>>(g, static_cast<const T*>(B), k_pad, e, vector_a,
+                                                                    slices > 1 ? partial : nullptr);
   HG_CUDA_LAUNCH_CHECK(op);
-}
-
-// The tile for N output columns (file comment), on operands of type T, for one gather kind.
-template <GatherKind kKind, typename T>
-void launch_for_n(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, const char* op) {
-  if (e.N <= 16) launch<FpropTileN16, kKind>(g, B, k_pad, e, vector_a, op);
-  else if (e.N <= 32) launch<FpropTileN32, kKind>(g, B, k_pad, e, vector_a, op);
-  else if (e.N <= 64) launch<FpropTileN64, kKind>(g, B, k_pad, e, vector_a, op);
-  else launch<FpropTileN128, kKind>(g, B, k_pad, e, vector_a, op);
-}
-
-// The gather kind (conv_igemm.cuh) as a template argument: the U-Net's 3x3x3 stride-1 convolutions
-// get the Cubic3 kernels, every other geometry the per-axis ones.
-template <typename T>
-void launch_for_gather(const Gather& g, const T* B, int k_pad, const Epilogue& e, bool vector_a, const char* op) {
-  if (gather_kind(g) == GatherKind::Cubic3) launch_for_n<GatherKind::Cubic3>(g, B, k_pad, e, vector_a, op);
-  else launch_for_n<GatherKind::PerAxis>(g, B, k_pad, e, vector_a, op);
+  if (slices > 1) {
+    sum_slices_kernel<T><<<cuda::grid_for(int64_t{g.M} * e.N), 256, 0, cuda::stream()>>>(partial, slices, g, e);
+    HG_CUDA_LAUNCH_CHECK(op);
+  }
 }
 
 }  // namespace
 
-void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const char* op) {
+int tc_igemm_slices(const Gather& g, TcOperand type, const Epilogue& e, const char* op) {
+  if (const int forced = forced_split_k()) return forced;
+  if (g.M < 1 || g.K < 1 || e.N < 1) return 1;  // tc_igemm names the empty problem
+  return with_config(g, type, e.N, [&](auto config) {
+    using Cfg = typename decltype(config)::Cfg;
+    const int64_t tiles = ((int64_t{g.M} + Cfg::kBlockM - 1) / Cfg::kBlockM) * ((e.N + Cfg::kBlockN - 1) / Cfg::kBlockN);
+    const int64_t wave = int64_t{cuda::sm_count()} * resident_blocks<decltype(config)>(op);
+    return split_k_slices(tiles, (g.K + kBlockK - 1) / kBlockK, g.M, e.N, wave);
+  });
+}
+
+void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, float* partial, int slices,
+              const char* op) {
   HG_CHECK(g.M >= 1 && g.K >= 1 && e.N >= 1, op << ": implicit GEMM needs M, N, K >= 1; got M=" << g.M << " N=" << e.N
                                                  << " K=" << g.K);
+  HG_CHECK(slices >= 1 && slices <= 65535 && (slices == 1 || partial != nullptr),
+           op << ": split K needs 1..65535 slices and, for more than one, an FP32 workspace of slices x M x N; got "
+              << slices << " slices, workspace " << (partial ? "given" : "null") << " (M=" << g.M << " N=" << e.N << ")");
   HG_CHECK(k_pad % kPadK == 0 && k_pad >= g.K, op << ": weight matrix row length " << k_pad << " must be a multiple of "
                                                   << kPadK << " and >= K=" << g.K);
   HG_CHECK(reinterpret_cast<uintptr_t>(B) % 16 == 0, op << ": weight matrix must be 16-byte aligned");
@@ -268,8 +407,7 @@ void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const E
               << e.kw << ") cout=" << e.cout);
   // 16-byte chunks need 8 whole channels inside one tap, starting 16-byte aligned.
   const bool vector_a = g.c % 8 == 0 && reinterpret_cast<uintptr_t>(g.src) % 16 == 0;
-  if (type == TcOperand::BFloat16) launch_for_gather(g, static_cast<const __nv_bfloat16*>(B), k_pad, e, vector_a, op);
-  else launch_for_gather(g, static_cast<const __half*>(B), k_pad, e, vector_a, op);
+  with_config(g, type, e.N, [&](auto config) { launch(config, g, B, k_pad, e, vector_a, partial, slices, op); });
 }
 
 }  // namespace halfgrad::ops::conv::igemm

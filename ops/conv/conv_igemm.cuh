@@ -234,8 +234,16 @@ __device__ __forceinline__ int64_t output_offset(const Epilogue& e, int m, int4 
 // ---- pointer-level launchers (conv3d_cuda.cu calls them; each checks its own preconditions) --------
 /// C = A(g) * B^T (+ bias) on Tensor Cores, 16-bit operands of type `type` (g.src, B and the bias;
 /// an out_operand output too): B (n_pad, k_pad) row-major, zero beyond (N, K), n_pad a multiple of 128
-/// and k_pad of 32 (pack_weights).
-void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const char* op);
+/// and k_pad of 32 (pack_weights). K is split into `slices` ranges of K-blocks (split K,
+/// conv_split_k.h): slices = 1 is the single kernel (partial unused, may be null); slices > 1 needs
+/// partial (slices, M, N) FP32 as workspace, summed in slice order (deterministic) before the epilogue.
+/// Throws halfgrad::Error naming op for an empty problem, a bad B, or slices outside 1..65535.
+void tc_igemm(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, float* partial, int slices,
+              const char* op);
+/// tc_igemm's slice count for (g, type, e): forced_split_k() while a ForceSplitK lives on this thread,
+/// else split_k_slices (conv_split_k.h) for the kernel tc_igemm picks, its wave being this GPU's SM
+/// count times the blocks of that kernel one SM holds (the occupancy calculator; CUDA errors name op).
+int tc_igemm_slices(const Gather& g, TcOperand type, const Epilogue& e, const char* op);
 /// The FP32 SIMT twin of tc_igemm (FFMA), B (n_pad, k_pad) FP32.
 void simt_igemm(const Gather& g, const float* B, int k_pad, const Epilogue& e, const char* op);
 /// Split partials of dW (cout, K) = dy^T (cout, M) * A(g) (M, K): partial[s] (cout, K) FP32 for split s
@@ -291,7 +299,8 @@ igemm::Gather make_gather(const Tensor& src_cl, const ConvGeometry& g, bool tran
 /// Whether dt runs on the Tensor Core kernels, and as which 16-bit operand type (float16 -> Half,
 /// bfloat16 -> BFloat16). False for float32 (the FFMA kernels).
 bool tensor_core_operand(Dtype dt, igemm::TcOperand* type);
-/// tc_igemm for a 16-bit B (tensor_core_operand), simt_igemm for FP32 B.
+/// tc_igemm for a 16-bit B (tensor_core_operand; split K by tc_igemm_slices, the workspace an FP32
+/// Tensor), simt_igemm for FP32 B.
 void run_igemm(const igemm::Gather& ga, const Tensor& B, const igemm::Epilogue& e, const char* op);
 /// dx (N, Cin, D, H, W) = dgrad(dy, w) + b (b may be undefined), in `format`.
 Tensor dgrad_with_bias(const ConvGeometry& g, const Tensor& dy, const Tensor& w, const Tensor& b, MemoryFormat format,
