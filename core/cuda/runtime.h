@@ -5,7 +5,8 @@
 // kernel halfgrad launches, every copy and every allocation is ordered on `cuda::stream()` (declared
 // in check.cuh). One stream keeps the caching allocator simple and correct: a block freed by the host
 // while kernels still read it is only handed to kernels queued after those, on the same stream. It is
-// also the stream a CUDA graph captures later.
+// also the stream a CUDA graph captures (core/cuda/graph.h; allocations during a capture come from
+// the graph's private pool, see the end of this file).
 // The one exception is core/cuda/streams.h: a second stream for host-to-device copies into device
 // buffers outside this allocator (cudaMalloc'd by DeviceBuffer, so not in its stats nor under its
 // memory limit), ordered against this stream by events (the batch loader's).
@@ -108,5 +109,23 @@ int poison();
 /// Sets the poison byte: 0..255 fills every block allocate hands out from now on, -1 turns it off.
 /// Throws halfgrad::Error for any other value, and in a build without CUDA.
 void set_poison(int byte);
+
+// ---- graph-private memory pools (core/cuda/graph_pools.h), the allocator side of cuda::Graph ----
+// allocate() during a capture serves from the capturing graph's pool; release() returns a block to
+// the pool it came from; a retired pool's segments are freed once its last block is released.
+// allocator_stats(), the memory limit and empty_cache() concern the eager cache only.
+/// A new, empty pool; its id. Throws when CUDA is not available.
+uint64_t graph_pool_create();
+/// Allocations go to `pool` until graph_pool_end_capture(); `what` names the capture in the error of
+/// any CUDA call that fails meanwhile (throw_cuda_error adds why a capture refuses waits and copies
+/// to the host). Throws if a capture is already active.
+void graph_pool_begin_capture(uint64_t pool, const std::string& what);
+void graph_pool_end_capture();
+/// The pool's graph is gone (see graph_pools.h).
+void graph_pool_retire(uint64_t pool);
+/// A pool's statistics (its reserved bytes are the graph's memory).
+AllocatorStats graph_pool_stats(uint64_t pool);
+/// True between graph_pool_begin_capture and graph_pool_end_capture (false in a build without CUDA).
+bool capturing();
 
 }  // namespace halfgrad::cuda
