@@ -363,6 +363,11 @@ void GradScaler::update(double new_scale) {
   per_optimizer_.clear();
 }
 
+Tensor GradScaler::device_found_inf(const optim::Optimizer& optimizer) const {
+  const auto it = per_optimizer_.find(&optimizer);
+  return it == per_optimizer_.end() ? Tensor() : it->second.device_found_inf;
+}
+
 double GradScaler::get_scale() const {
   if (!enabled_) return 1.0;
   read_device_state();

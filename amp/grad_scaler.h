@@ -239,6 +239,10 @@ class GradScaler {
   bool state_on_device() const { return scale_device_.defined(); }
   /// The device S (0-d FP32 CUDA tensor) of a capturable scaler; undefined before the first scale().
   const Tensor& device_scale() const { return scale_device_; }
+  /// The 1-element FP32 CUDA found_inf flag unscale_ made for `optimizer` this iteration (until
+  /// update()); undefined when there is none (not unscaled yet, or CPU gradients only). A capturable
+  /// loop passes it to nn::BufferSnapshot::restore_if.
+  Tensor device_found_inf(const optim::Optimizer& optimizer) const;
 
   /// {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"} as PyTorch,
   /// plus "skip_warning_after", "_consecutive_skipped" and (when a cap is set) "max_scale"; {} when

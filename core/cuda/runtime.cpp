@@ -273,6 +273,16 @@ size_t memory_limit() {
 
 void copy_h2d(void* dst, const void* src, size_t nbytes) {
   if (nbytes == 0) return;
+  {
+    // A captured copy would replay from the staging buffer as it is at replay time (the bytes of
+    // whatever copy came last), and the wait below is refused by a capture anyway: say so plainly.
+    std::lock_guard<std::mutex> lock(capture_mu());
+    HG_CHECK(capture_what().empty(),
+             "cuda::copy_h2d: a host-to-device copy of " << nbytes << " bytes during the CUDA graph capture of '"
+                 << capture_what() << "'; a graph replays the copy's source address, not its bytes: put the "
+                 "value in device memory before capturing (a kernel argument, or a device tensor the host updates "
+                 "between replays)");
+  }
   Staging& st = staging();
   std::lock_guard<std::mutex> lock(st.mu);
   if (!st.done) HG_CUDA_CHECK("cuda::copy_h2d", cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));

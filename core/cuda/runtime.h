@@ -72,6 +72,8 @@ void release(void* ptr, size_t nbytes);
 /// Copies ordered on the stream. Host-to-device and device-to-device return once queued (the host
 /// buffer of h2d is copied into a pinned staging buffer first, so it may be reused at once);
 /// device-to-host waits until the bytes are on the host.
+/// During a graph capture (graph.h) copy_h2d throws (a replay would copy the staging buffer's later
+/// bytes) and copy_d2h fails (CUDA refuses the wait), each naming the capture.
 void copy_h2d(void* dst, const void* src, size_t nbytes);
 void copy_d2h(void* dst, const void* src, size_t nbytes);
 void copy_d2d(void* dst, const void* src, size_t nbytes);
