@@ -12,7 +12,7 @@
 #include "ops/elementwise/elementwise.h"
 #ifdef HALFGRAD_CUDA
 #include "amp/grad_scaler_cuda.h"
-#include "core/cuda/runtime.h"
+#include "core/cuda/graph.h"
 #endif
 
 namespace halfgrad::amp {

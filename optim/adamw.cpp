@@ -9,7 +9,7 @@
 #include "core/half.h"
 #include "optim/tensor_json.h"
 #ifdef HALFGRAD_CUDA
-#include "core/cuda/runtime.h"
+#include "core/cuda/graph.h"
 #include "optim/adamw_cuda.h"
 #endif
 

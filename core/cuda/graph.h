@@ -29,13 +29,37 @@
 // captured after a few eager warm-up steps (which create the optimizer state and anything else made
 // lazily) is first executed by the first replay.
 // One capture at a time; replays are asynchronous (queued on the stream like any kernel).
+// runtime.h's copies during a capture: copy_h2d throws (a replay would copy the staging buffer's
+// later bytes) and copy_d2h fails (CUDA refuses the wait), each naming the capture.
+// (These declarations sit here rather than in runtime.h, which every .cu file includes.)
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
 
+#include "core/cuda/allocator_stats.h"
+
 namespace halfgrad::cuda {
+
+// ---- graph-private memory pools (core/cuda/graph_pools.h): the allocator side of Graph, defined in
+// runtime.cpp. cuda::allocate during a capture serves from the capturing graph's pool; cuda::release
+// returns a block to the pool it came from; a retired pool's segments are freed once its last block
+// is released. allocator_stats(), the memory limit and empty_cache() concern the eager cache only.
+/// A new, empty pool; its id. Throws when CUDA is not available.
+uint64_t graph_pool_create();
+/// Allocations go to `pool` until graph_pool_end_capture(); `what` names the capture in the error of
+/// any CUDA call that fails meanwhile (throw_cuda_error adds why a capture refuses waits and copies
+/// to the host). Throws if a capture is already active.
+void graph_pool_begin_capture(uint64_t pool, const std::string& what);
+void graph_pool_end_capture();
+/// The pool's graph is gone (see graph_pools.h).
+void graph_pool_retire(uint64_t pool);
+/// A pool's statistics (its reserved bytes are the graph's memory).
+BlockAllocatorStats graph_pool_stats(uint64_t pool);
+/// True while a Graph::capture is active (false in a build without CUDA): code that must not bake
+/// host values or create state inside a capture asks this.
+bool capturing();
 
 class Graph {
  public:

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/cuda/block_allocator.h"
+#include "core/cuda/graph.h"
 #include "core/cuda/graph_pools.h"
 #include "core/cuda/check.cuh"
 #include "core/error.h"

@@ -5,8 +5,7 @@
 // kernel halfgrad launches, every copy and every allocation is ordered on `cuda::stream()` (declared
 // in check.cuh). One stream keeps the caching allocator simple and correct: a block freed by the host
 // while kernels still read it is only handed to kernels queued after those, on the same stream. It is
-// also the stream a CUDA graph captures (core/cuda/graph.h; allocations during a capture come from
-// the graph's private pool, see the end of this file).
+// also the stream a CUDA graph captures later.
 // The one exception is core/cuda/streams.h: a second stream for host-to-device copies into device
 // buffers outside this allocator (cudaMalloc'd by DeviceBuffer, so not in its stats nor under its
 // memory limit), ordered against this stream by events (the batch loader's).
@@ -72,8 +71,6 @@ void release(void* ptr, size_t nbytes);
 /// Copies ordered on the stream. Host-to-device and device-to-device return once queued (the host
 /// buffer of h2d is copied into a pinned staging buffer first, so it may be reused at once);
 /// device-to-host waits until the bytes are on the host.
-/// During a graph capture (graph.h) copy_h2d throws (a replay would copy the staging buffer's later
-/// bytes) and copy_d2h fails (CUDA refuses the wait), each naming the capture.
 void copy_h2d(void* dst, const void* src, size_t nbytes);
 void copy_d2h(void* dst, const void* src, size_t nbytes);
 void copy_d2d(void* dst, const void* src, size_t nbytes);
@@ -111,23 +108,5 @@ int poison();
 /// Sets the poison byte: 0..255 fills every block allocate hands out from now on, -1 turns it off.
 /// Throws halfgrad::Error for any other value, and in a build without CUDA.
 void set_poison(int byte);
-
-// ---- graph-private memory pools (core/cuda/graph_pools.h), the allocator side of cuda::Graph ----
-// allocate() during a capture serves from the capturing graph's pool; release() returns a block to
-// the pool it came from; a retired pool's segments are freed once its last block is released.
-// allocator_stats(), the memory limit and empty_cache() concern the eager cache only.
-/// A new, empty pool; its id. Throws when CUDA is not available.
-uint64_t graph_pool_create();
-/// Allocations go to `pool` until graph_pool_end_capture(); `what` names the capture in the error of
-/// any CUDA call that fails meanwhile (throw_cuda_error adds why a capture refuses waits and copies
-/// to the host). Throws if a capture is already active.
-void graph_pool_begin_capture(uint64_t pool, const std::string& what);
-void graph_pool_end_capture();
-/// The pool's graph is gone (see graph_pools.h).
-void graph_pool_retire(uint64_t pool);
-/// A pool's statistics (its reserved bytes are the graph's memory).
-AllocatorStats graph_pool_stats(uint64_t pool);
-/// True between graph_pool_begin_capture and graph_pool_end_capture (false in a build without CUDA).
-bool capturing();
 
 }  // namespace halfgrad::cuda
