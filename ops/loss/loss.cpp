@@ -21,6 +21,7 @@
 // CUDA logits (NCDHW or NDHWC) with a CUDA target take the same fused op in loss_cuda.cu, after the
 // same checks and autocast cast; it checks the labels on the device and syncs once per forward.
 #include "ops/loss/loss.h"
+#include "ops/loss/deferred_label_check.h"
 
 #include <Eigen/Core>
 #include <algorithm>

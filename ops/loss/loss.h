@@ -15,41 +15,10 @@
 // -inf at a non-target class is probability 0 (finite loss); a -inf at the target class makes CE +inf.
 // Errors: logits not (N, C, ...), target shape not logits' without C, target not int64, a target
 // value outside [0, C) (names the value and its position).
-// The CUDA label check copies 8 bytes to the host and waits, once per loss; DeferredLabelCheck below
-// keeps it on the device instead (a training step with no host synchronisation, for CUDA graphs).
 #pragma once
-#include <cstdint>
-
 #include "core/tensor.h"
 
 namespace halfgrad::ops {
-
-/// While one is alive on this thread, the CUDA losses above do not read their label check back: a
-/// label outside [0, C) records its flat position in this guard's device flag (the smallest position
-/// over every loss since the last check(), whichever batch it was in), nothing waits, and the loss of
-/// such a batch is not meaningful. check() reads the flag (one 8-byte copy: the host waits for the
-/// stream) - once an epoch, say - and throws then. CPU losses check at once, as without the guard.
-/// Guards nest (the innermost one is used) and must be destroyed in reverse order, on their thread.
-class DeferredLabelCheck {
- public:
-  /// Makes the flag on the CUDA device (throws without one).
-  DeferredLabelCheck();
-  /// Restores the enclosing guard (or none). Does not check: call check() first.
-  ~DeferredLabelCheck();
-  DeferredLabelCheck(const DeferredLabelCheck&) = delete;
-  DeferredLabelCheck& operator=(const DeferredLabelCheck&) = delete;
-  /// Throws halfgrad::Error("<where>: a target label outside [0, C) at flat index i of a batch since
-  /// the last check ...") if any loss since the last check saw one; clears the flag either way.
-  void check(const std::string& where);
-  /// The flag (an unsigned 64-bit position, all ones for none) the CUDA loss kernels write.
-  void* device_flag() const { return flag_.raw_data(); }
-  /// The innermost guard alive on this thread, or null.
-  static DeferredLabelCheck* current();
-
- private:
-  Tensor flag_;
-  DeferredLabelCheck* enclosing_;
-};
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target);
 Tensor soft_dice_loss(const Tensor& logits, const Tensor& target, double smooth = 1e-5);

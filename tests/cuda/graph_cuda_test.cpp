@@ -18,6 +18,7 @@
 #include "nn/buffer_snapshot.h"
 #include "nn/unet3d.h"
 #include "ops/elementwise/elementwise.h"
+#include "ops/loss/deferred_label_check.h"
 #include "ops/loss/loss.h"
 #include "ops/ops.h"
 #include "optim/adamw.h"
