@@ -60,6 +60,7 @@ void Event::synchronize() const { no_cuda("cuda::Event::synchronize"); }
 bool Event::query() const { no_cuda("cuda::Event::query"); }
 float Event::elapsed_ms_since(const Event&) const { no_cuda("cuda::Event::elapsed_ms_since"); }
 void main_stream_wait(const Event&) { no_cuda("cuda::main_stream_wait"); }
+void main_stream_copy_d2h_async(void*, const void*, size_t) { no_cuda("cuda::main_stream_copy_d2h_async"); }
 Stream::Stream() { no_cuda("cuda::Stream"); }
 Stream::~Stream() = default;
 Stream::Stream(Stream&&) noexcept {}

@@ -111,6 +111,7 @@ TrainArgs resumed_args(const TrainArgs& a, const nlohmann::json& train_meta) {
   b.workers = a.workers;    // the loader's threads change no bit (loader.h): this process's choice
   b.prefetch = a.prefetch;
   b.gpus = a.gpus;
+  b.cuda_graph = a.cuda_graph;  // how this process runs the step, not the run's state
   return b;
 }
 
