@@ -110,7 +110,13 @@ class CudaSegments final : public SegmentBackend {
  public:
   void* raw_alloc(size_t nbytes) override {
     void* p = nullptr;
+    // cudaMalloc is a "potentially unsafe" call, which a thread-local capture (graph.h) refuses; a
+    // graph's pool needs real segments while it captures, and a segment is not stream work, so the
+    // thread's capture mode is relaxed around this one call (push-pop, as CUDA's docs advise).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    HG_CUDA_CHECK("cuda::allocate", cudaThreadExchangeStreamCaptureMode(&mode));
     const cudaError_t e = cudaMalloc(&p, nbytes);
+    cudaThreadExchangeStreamCaptureMode(&mode);  // back to what it was
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // clear it: out of memory is not sticky
       return nullptr;
