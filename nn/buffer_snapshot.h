@@ -44,11 +44,15 @@ class BufferSnapshot {
   /// Copies the snapshot back into the module's buffers (in place: the buffers keep their tensors,
   /// their version counters are bumped as by any in-place write).
   void restore();
-  /// restore(), decided on the device: the copies run only if `found_inf` (GradScaler's 1-element
-  /// FP32 CUDA flag) is nonzero, in one launch (core/cuda/tensor_kernels.h's copy_if_flag); the host
-  /// learns nothing and does not wait, so a step with a capturable GradScaler can restore the buffers
-  /// of a skipped step inside a CUDA graph. Every buffer must be on CUDA (else throws). The version
-  /// counters are bumped either way.
+  /// restore() of the module's CUDA buffers, decided on the device: the copies run only if `found_inf`
+  /// (GradScaler's 1-element FP32 CUDA flag) is nonzero, in one launch (core/cuda/tensor_kernels.h's
+  /// copy_if_flag); the host learns nothing and does not wait, so a step with a capturable GradScaler
+  /// can restore the buffers of a skipped step inside a CUDA graph. Their version counters are bumped
+  /// either way. Buffers on the CPU are left alone: the host cannot know the flag. In a CUDA model the
+  /// only ones are BatchNorm's Int64 num_batches_tracked (Module::to moves floating buffers only), a
+  /// count the host advances in forward; halfgrad's BatchNorm uses a fixed momentum, so it feeds no
+  /// computation, and with a device-side skip (or graph replays, which run no host code) it counts the
+  /// forwards the host ran rather than the updates kept.
   void restore_if(const Tensor& found_inf);
   /// Bytes held by the copies.
   size_t nbytes() const;
