@@ -41,18 +41,13 @@ void Graph::capture(const std::function<void()>& fn, const std::string& what) {
   pool_ = graph_pool_create();
   cudaStream_t s = stream();
   graph_pool_begin_capture(pool_, what);
-  // Leaves capture mode whatever happens, so that a failed capture does not poison the stream or the
-  // allocator; returns the graph (null when the capture was invalidated).
-  const auto end_capture = [&]() -> cudaGraph_t {
+  // An abandoned capture: leave capture mode (the stream and the allocator serve eager work again)
+  // and drop whatever was recorded.
+  const auto abandon = [&] {
     cudaGraph_t g = nullptr;
-    const cudaError_t e = cudaStreamEndCapture(s, &g);
+    if (cudaStreamEndCapture(s, &g) != cudaSuccess) cudaGetLastError();  // capture errors are not sticky
+    if (g) cudaGraphDestroy(g);
     graph_pool_end_capture();
-    if (e != cudaSuccess) {
-      cudaGetLastError();  // capture errors are not sticky; clear the last-error slot
-      if (g) cudaGraphDestroy(g);
-      return nullptr;
-    }
-    return g;
   };
   const cudaError_t begin = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
   if (begin != cudaSuccess) {
@@ -62,10 +57,10 @@ void Graph::capture(const std::function<void()>& fn, const std::string& what) {
   try {
     fn();
   } catch (const std::exception& e) {
-    end_capture();
+    abandon();
     HG_FAIL("cuda::Graph::capture of '" << what << "' failed: " << e.what());
   } catch (...) {
-    end_capture();
+    abandon();
     throw;
   }
   cudaGraph_t g = nullptr;

@@ -74,6 +74,7 @@ class Graph {
   /// instantiates it. `what` names the capture in errors ("the U-Net training step"). If fn throws, or
   /// CUDA refuses a call inside it, the capture is abandoned (the stream leaves capture mode, the
   /// allocator serves eager requests again) and the error is rethrown, with `what` in its message.
+  /// What fn did on the host stays done (tensors it made hold no values: their kernels never ran).
   /// Throws halfgrad::Error when CUDA is not available or a capture is already active.
   void capture(const std::function<void()>& fn, const std::string& what);
   /// Queues one run of the captured work on cuda::stream() (cudaGraphLaunch); the host does not wait.

@@ -32,7 +32,12 @@ Tensor GraphStep::step(const Tensor& x, const Tensor& y) {
   }
   if (!graph_) {
     auto g = std::make_unique<cuda::Graph>();
-    g->capture([&] { loss_ = body_(x_, y_); }, "halfgrad-unet3d's training step");
+    try {
+      g->capture([&] { loss_ = body_(x_, y_); }, "halfgrad-unet3d's training step");
+    } catch (const Error& e) {  // the host state of a half-captured step cannot be trusted: stop
+      HG_FAIL("halfgrad-unet3d train --cuda-graph: the training step cannot be captured in a CUDA graph: "
+              << e.what() << "; run with --no-cuda-graph");
+    }
     graph_ = std::move(g);
     ++captures_;
   }
