@@ -1,6 +1,7 @@
 // graph_step.cpp - GraphStep and LaggedLoss (graph_step.h).
 #include "examples/05_unet3d/graph_step.h"
 
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 
 namespace unet3d_app {
@@ -31,6 +32,9 @@ Tensor GraphStep::step(const Tensor& x, const Tensor& y) {
     return body_(x_, y_);
   }
   if (!graph_) {
+    // The warm-up's activations sit free in the eager cache; the graph's pool needs its own, so give
+    // the cached segments back first rather than hold both (one wait for the stream, once a shape).
+    cuda::empty_cache();
     auto g = std::make_unique<cuda::Graph>();
     try {
       g->capture([&] { loss_ = body_(x_, y_); }, "halfgrad-unet3d's training step");

@@ -10,7 +10,9 @@
 // check (ops::DeferredLabelCheck). So the optimizer and the scaler must be capturable.
 // Per batch shape: the first `warmup` steps run eagerly (they create the optimizer state and anything
 // else made lazily; a capture would re-create it on every replay), the next one is captured and
-// replayed, and every later one replayed. A batch of another shape starts over (new static buffers,
+// replayed, and every later one replayed (the eager cache's free segments are given back before the
+// capture, so that the warm-up's activations and the graph's are not both held). A batch of another
+// shape starts over (new static buffers,
 // new warm-up, new capture); training batches have one shape, so this happens at most at a resume.
 // An eager step and a replayed one give the same bits (tests/cuda/graph_cuda_test.cpp).
 #pragma once
@@ -37,6 +39,8 @@ class GraphStep {
   int64_t replays() const { return replays_; }
   /// Nodes of the current graph: the launches one replay stands for (0 before a capture).
   size_t nodes() const { return graph_ ? graph_->num_nodes() : 0; }
+  /// Device memory the current graph's private pool holds, beside the eager cache's (0 before a capture).
+  size_t pool_bytes() const { return graph_ ? graph_->pool_reserved_bytes() : 0; }
 
  private:
   std::function<halfgrad::Tensor(const halfgrad::Tensor&, const halfgrad::Tensor&)> body_;

@@ -553,7 +553,8 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
   std::cout << loader.stats().summary(loader_options.workers, loader_options.prefetch) << std::endl;
   if (graph_step)
     std::cout << "cuda graph: " << graph_step->captures() << " capture(s), " << graph_step->replays() << " replays of "
-              << graph_step->nodes() << " nodes each" << std::endl;
+              << graph_step->nodes() << " nodes each; the graph's memory pool holds "
+              << human_bytes(graph_step->pool_bytes()) << " beside the peak below" << std::endl;
   if (where.device == Device::CUDA) {
     const double gap_s = gpu_gaps.finish();
     std::cout << "gpu: idle " << fmt(gap_s, 3) << " s in total between steps (" << gpu_gaps.gaps() << " gaps, "
