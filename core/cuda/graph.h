@@ -15,7 +15,10 @@
 //     count) from device memory that the host or the device itself updates between replays, never
 //     from a host number baked into a launch (a baked number is replayed as it was);
 //   * read its inputs from buffers that outlive the graph (static input buffers the host copies each
-//     batch into before a replay).
+//     batch into before a replay). A tensor made before the capture, read by captured work and freed
+//     during the capture goes back to the eager cache, where later eager work may overwrite what the
+//     replays read: parameters, optimizer state, the scaler's device state and the static buffers
+//     all outlive the graph; nothing else made outside may be read inside.
 // Memory: while capture() runs, every cuda::allocate comes from this graph's private pool
 // (core/cuda/graph_pools.h), so the addresses replays use are never handed to eager code; tensors
 // freed during the capture return to that pool and are reused by later captured work, exactly as the
