@@ -102,10 +102,10 @@ std::vector<unsigned char> train(bool use_graphs, int64_t inf_step, const std::v
   std::unique_ptr<cuda::Graph> graph;
   *captures = 0;
   for (const Phase& ph : phases) {
-    // Static buffers of this phase's shape; a new shape means a new graph.
+    // A new shape means a new graph, reading new static buffers.
+    graph.reset();
     r.x = Tensor::zeros(ph.shape, kFloat32, Device::CUDA);
     r.y = Tensor::zeros({ph.shape[0], ph.shape[2], ph.shape[3], ph.shape[4]}, kInt64, Device::CUDA);
-    graph.reset();
     for (int64_t step = ph.first; step <= ph.last; ++step) {
       Tensor xb, yb;
       make_batch(step, ph.shape, step == inf_step, xb, yb);
