@@ -279,8 +279,9 @@ CUDA_TEST_CASE("capturable AdamW + GradScaler on CUDA: the eager results of the 
     worst = std::max(worst, std::fabs(double(weights[0][i]) - weights[1][i]) / (1e-6 + std::fabs(double(weights[0][i]))));
   CHECK_MESSAGE(worst < 1e-5, "capturable vs host-scalar AdamW: worst relative difference " << worst);
   // For the record (README's --cuda-graph vs --no-cuda-graph): usually the very same bits.
-  MESSAGE(std::string("capturable vs host-scalar AdamW after 5 steps: ") +
-          (worst == 0 ? "bit-identical weights" : "weights differ, worst relative " + std::to_string(worst)));
+  const std::string record = std::string("capturable vs host-scalar AdamW after 5 steps: ") +
+                             (worst == 0 ? "bit-identical weights" : "weights differ, worst relative " + std::to_string(worst));
+  MESSAGE(record);
 }
 
 CUDA_TEST_CASE("DeferredLabelCheck: a bad CUDA label is not read back by the loss, and check() throws naming it") {
