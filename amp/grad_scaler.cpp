@@ -12,6 +12,7 @@
 #include "ops/elementwise/elementwise.h"
 #ifdef HALFGRAD_CUDA
 #include "amp/grad_scaler_cuda.h"
+#include "core/cuda/graph.h"
 #endif
 
 namespace halfgrad::amp {
@@ -24,7 +25,8 @@ GradScaler::GradScaler(const GradScalerOptions& o)
       backoff_factor_(o.backoff_factor()),
       growth_interval_(o.growth_interval()),
       max_scale_(o.max_scale()),
-      skip_warning_after_(o.skip_warning_after()) {
+      skip_warning_after_(o.skip_warning_after()),
+      capturable_(o.capturable()) {
   if (!enabled_) return;
   check_settings("GradScaler", init_scale_, growth_factor_, backoff_factor_, growth_interval_, max_scale_,
                  skip_warning_after_);
@@ -71,13 +73,69 @@ Tensor GradScaler::scale(const Tensor& loss) {
     scale_ = static_cast<float>(init_scale_);
     growth_tracker_ = init_growth_tracker_;
   }
-  const Tensor s = Tensor::scalar(*scale_, kFloat32).copy_to(loss.device());
+  Tensor s;
+  if (capturable_ && loss.defined() && loss.is_cuda()) {  // the device S: no copy in the iteration
+    if (!scale_device_.defined()) make_device_state();
+    s = scale_device_;
+  } else {
+    s = Tensor::scalar(*scale_, kFloat32).copy_to(loss.device());
+  }
   Tensor scaled = ops::mul(loss, s);
   // PyTorch's type promotion: a 0-d FP32 scale does not widen a loss that has dimensions, so such a
   // loss keeps its dtype (the product is formed in FP32 and rounded once); a 0-d FP16 loss times the
   // 0-d FP32 scale is FP32, which ops::mul already gives.
   if (loss.dim() > 0 && scaled.dtype() != loss.dtype()) scaled = scaled.to(loss.dtype());
   return scaled;
+}
+
+void GradScaler::make_device_state() {
+#ifdef HALFGRAD_CUDA
+  HG_CHECK(!cuda::capturing(), "GradScaler::scale (capturable): the scaler's device state is made by the first "
+                               "scale() of a CUDA loss, which must run before a CUDA graph capture (warm up eagerly)");
+  scale_device_ = Tensor::scalar(*scale_, kFloat32).copy_to(Device::CUDA);
+  std::vector<int64_t> counters(kNumCounters);
+  counters[kGrowthTracker] = *growth_tracker_;
+  counters[kSkippedSteps] = skipped_steps_;
+  counters[kConsecutiveSkipped] = consecutive_skipped_;
+  counters[kLastFoundInf] = last_found_inf_ ? 1 : 0;
+  counters_device_ = Tensor::from_labels(counters, {kNumCounters}).copy_to(Device::CUDA);
+  device_newer_ = false;
+#else
+  HG_FAIL("GradScaler::scale (capturable): halfgrad was built without CUDA");
+#endif
+}
+
+void GradScaler::read_device_state() const {
+#ifdef HALFGRAD_CUDA
+  if (!device_newer_ || !scale_device_.defined()) return;
+  const bool was_below_one = *scale_ < 1.0f;
+  const int64_t streak_before = consecutive_skipped_;
+  scale_ = static_cast<float>(scale_device_.item());  // the host waits for the stream here
+  const Tensor c = counters_device_.copy_to(Device::CPU);
+  const int64_t* v = c.data<int64_t>();
+  growth_tracker_ = static_cast<int32_t>(v[kGrowthTracker]);
+  skipped_steps_ = v[kSkippedSteps];
+  consecutive_skipped_ = v[kConsecutiveSkipped];
+  last_found_inf_ = v[kLastFoundInf] != 0;
+  device_newer_ = false;
+  warn_diagnostics(was_below_one, streak_before < skip_warning_after_ && consecutive_skipped_ >= skip_warning_after_);
+#endif
+}
+
+void GradScaler::warn_diagnostics(bool was_below_one, bool streak_reached) const {
+  if (skip_warning_after_ > 0 && streak_reached) {
+    std::cerr << "halfgrad GradScaler warning: the last " << consecutive_skipped_
+              << " optimizer steps were all skipped (inf/NaN gradients); loss scale now " << *scale_
+              << ". If the loss itself is inf/NaN no scale helps: check the inputs, the learning rate and "
+                 "which ops run in FP16."
+              << std::endl;
+    ++warnings_emitted_;
+  }
+  if (*scale_ < 1.0f && !was_below_one) {
+    std::cerr << "halfgrad GradScaler warning: the loss scale fell below 1 (now " << *scale_
+              << "): the gradients overflow FP16 even unscaled, or are NaN." << std::endl;
+    ++warnings_emitted_;
+  }
 }
 
 namespace {
@@ -129,6 +187,10 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     any = true;
+    HG_CHECK(!state_on_device() || g.is_cuda(),
+             "GradScaler::unscale_ (capturable): the parameter of shape " << shape_str(p.shape())
+                 << " has a CPU gradient; a capturable scaler keeps its scale on the device and takes CUDA "
+                    "gradients only");
 #ifdef HALFGRAD_CUDA
     if (g.is_cuda()) {
       Tensor dst = g;
@@ -161,7 +223,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
 #ifdef HALFGRAD_CUDA
   if (!cuda_grads.empty()) {
     st.device_found_inf = Tensor::zeros({1}, kFloat32, Device::CUDA);
-    unscale_and_check_cuda(cuda_grads, inv_scale, st.device_found_inf.data<float>());
+    unscale_and_check_cuda(cuda_grads, inv_scale, st.device_found_inf.data<float>(),
+                           state_on_device() ? scale_device_.data<float>() : nullptr);
   }
 #endif
   if (found_inf_all_reduce_) {  // several ranks: every rank's flag becomes the max over all of them
@@ -201,6 +264,22 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   OptimizerState& st = per_optimizer_[&optimizer];
   HG_CHECK(st.has_inf_check, "GradScaler::step: No inf checks were recorded for this optimizer "
                              "(none of its parameters has a gradient).");
+  if (state_on_device()) {  // capturable: the device decides; nothing is read back
+    HG_CHECK(optimizer.skips_on_device(),
+             "GradScaler::step (capturable): the optimizer must skip a step on the device with nothing to undo "
+             "on the host (Optimizer::skips_on_device(); for AdamW: AdamWOptions().capturable(true))");
+    HG_CHECK(st.all_cuda && st.device_found_inf.defined(),
+             "GradScaler::step (capturable): every gradient of the optimizer must be on CUDA");
+    struct ClearFlag {
+      optim::Optimizer& o;
+      ~ClearFlag() { o.set_found_inf(Tensor()); }
+    } clear{optimizer};
+    optimizer.set_found_inf(st.device_found_inf);
+    optimizer.step();
+    st.stage = Stage::Stepped;
+    device_newer_ = true;
+    return true;  // queued; whether it was skipped is known on the device only
+  }
   bool stepped;
   if (st.all_cuda && st.device_found_inf.defined()) {
     // Queue the update behind the check without waiting for it: the kernel reads the flag itself.
@@ -225,6 +304,23 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
 void GradScaler::update() {
   if (!enabled_) return;
   check_initialized("update");
+#ifdef HALFGRAD_CUDA
+  if (state_on_device()) {  // capturable: the same rule, on the device state, in one kernel
+    ScalerFlags flags{};
+    for (auto& entry : per_optimizer_) {
+      if (!entry.second.has_inf_check) continue;
+      HG_CHECK(flags.count < kMaxScalerFlags, "GradScaler::update (capturable): more than " << kMaxScalerFlags
+                                                  << " optimizers in one iteration");
+      flags.flag[flags.count++] = entry.second.device_found_inf.data<float>();  // unscale_ made it (CUDA only)
+    }
+    HG_CHECK(flags.count > 0, "GradScaler::update: No inf checks were recorded prior to update.");
+    update_scale_cuda({scale_device_.data<float>(), counters_device_.data<int64_t>()}, flags, growth_factor_,
+                      backoff_factor_, growth_interval_, static_cast<float>(max_scale_));
+    per_optimizer_.clear();  // the flags' blocks go back to the cache: only later work can take them
+    device_newer_ = true;
+    return;
+  }
+#endif
   bool any = false, found_inf = false;
   for (auto& entry : per_optimizer_) {
     if (!entry.second.has_inf_check) continue;
@@ -256,40 +352,37 @@ void GradScaler::update() {
 
   // Diagnostics (halfgrad's extension): a run of skipped iterations, and a scale below 1.
   consecutive_skipped_ = found_inf ? consecutive_skipped_ + 1 : 0;
-  if (skip_warning_after_ > 0 && consecutive_skipped_ == skip_warning_after_) {
-    std::cerr << "halfgrad GradScaler warning: the last " << consecutive_skipped_
-              << " optimizer steps were all skipped (inf/NaN gradients); loss scale now " << s
-              << ". If the loss itself is inf/NaN no scale helps: check the inputs, the learning rate and "
-                 "which ops run in FP16."
-              << std::endl;
-    ++warnings_emitted_;
-  }
-  if (s < 1.0f && !was_below_one) {
-    std::cerr << "halfgrad GradScaler warning: the loss scale fell below 1 (now " << s
-              << "): the gradients overflow FP16 even unscaled, or are NaN." << std::endl;
-    ++warnings_emitted_;
-  }
+  warn_diagnostics(was_below_one, consecutive_skipped_ == skip_warning_after_);
 }
 
 void GradScaler::update(double new_scale) {
   if (!enabled_) return;
   check_initialized("update");
   *scale_ = static_cast<float>(new_scale);
+  if (state_on_device()) scale_device_.fill_(new_scale);  // rounded to float as above; queued on the stream
   per_optimizer_.clear();
+}
+
+Tensor GradScaler::device_found_inf(const optim::Optimizer& optimizer) const {
+  const auto it = per_optimizer_.find(&optimizer);
+  return it == per_optimizer_.end() ? Tensor() : it->second.device_found_inf;
 }
 
 double GradScaler::get_scale() const {
   if (!enabled_) return 1.0;
+  read_device_state();
   return scale_ ? static_cast<double>(*scale_) : init_scale_;
 }
 
 int64_t GradScaler::get_growth_tracker() const {
   if (!enabled_) return 0;
+  read_device_state();
   return growth_tracker_ ? *growth_tracker_ : init_growth_tracker_;
 }
 
 nlohmann::json GradScaler::state_dict() const {
   if (!enabled_) return nlohmann::json::object();
+  read_device_state();
   nlohmann::json sd = {{"scale", get_scale()},
                         {"growth_factor", growth_factor_},
                         {"backoff_factor", backoff_factor_},
@@ -303,6 +396,7 @@ nlohmann::json GradScaler::state_dict() const {
 
 void GradScaler::load_state_dict(const nlohmann::json& sd) {
   if (!enabled_) return;
+  read_device_state();  // skipped_steps() and found_inf() are not in the dict: keep the device's
   HG_CHECK(sd.is_object() && !sd.empty(), "GradScaler::load_state_dict: The source state dict is empty, possibly "
                                           "because it was saved from a disabled instance of GradScaler.");
   // Every field parsed and type-checked (json_checked::Field names a bad one) before any is set.
@@ -329,6 +423,10 @@ void GradScaler::load_state_dict(const nlohmann::json& sd) {
   max_scale_ = max_scale;
   skip_warning_after_ = skip_warning_after;
   consecutive_skipped_ = consecutive_skipped;
+  // Capturable: the next scale() makes the device state again, from these values.
+  scale_device_ = Tensor();
+  counters_device_ = Tensor();
+  device_newer_ = false;
 }
 
 }  // namespace halfgrad::amp

@@ -55,6 +55,26 @@
 // read before the step instead. update() reads any flag not read yet (unscale_ without step). The
 // scale and growth tracker stay on the host, updated from the flags read.
 //
+// Capturable (GradScalerOptions().capturable(true); PyTorch's GradScaler with a capturable or fused
+// optimizer, whose step() passes found_inf to the optimizer and never reads it): no host
+// synchronisation in the iteration, so that it can be captured in a CUDA graph (core/cuda/graph.h).
+// Once scale() has seen a CUDA loss, S, the growth tracker and the counters (skipped steps, the run of
+// skipped iterations, the last found_inf) live on the device:
+//   scale()    multiplies by the device S (no host-to-device copy);
+//   unscale_   forms inv_scale from the device S in its kernel; CUDA gradients only (a CPU one throws);
+//   step()     hands the flag to the optimizer, which must skip on the device with nothing to undo on
+//              the host (Optimizer::skips_on_device(): AdamWOptions().capturable(true)), and returns
+//              true without knowing whether the update ran (the device decides);
+//   update()   runs the update rule below in a one-thread kernel over the device state.
+// Every accessor that reports the state (get_scale, get_growth_tracker, found_inf, skipped_steps,
+// consecutive_skipped_steps, skip_streak, scale_below_one, state_dict) copies it back first (one
+// device-to-host copy: the host waits for the stream) - once an epoch, not inside the step. The
+// warnings of the diagnostics below are written then, when such a read finds their condition newly
+// met, so they can come later than the iteration that caused them. skipped_steps() counts skipped
+// iterations (one per update()) rather than skipped step() calls: the same with one optimizer.
+// load_state_dict and update(new_scale) set the host values; the device state is made again from them
+// by the next scale().
+//
 // Several ranks (data parallelism, dist/distributed_data_parallel.h): each rank's gradients are
 // averaged before unscale_, but a rank can still find an inf the others do not (an overflow in its own
 // unscale, or a gradient touched after the reduction), and a rank that skips a step the others take
@@ -122,6 +142,10 @@ class GradScalerOptions {
   /// iterations; 0 turns the warning off (the counter is kept either way). Default 10. Throws from
   /// the constructor when negative.
   GradScalerOptions& skip_warning_after(int64_t v) { skip_warning_after_ = v; return *this; }
+  /// halfgrad's switch for CUDA graphs: the scaler's state on the device and no host read in the
+  /// iteration (see the file comment). Default false.
+  GradScalerOptions& capturable(bool v) { capturable_ = v; return *this; }
+  bool capturable() const { return capturable_; }
   double init_scale() const { return init_scale_; }
   double growth_factor() const { return growth_factor_; }
   double backoff_factor() const { return backoff_factor_; }
@@ -140,6 +164,7 @@ class GradScalerOptions {
   bool fp16_grads_to_fp32_ = false;
   double max_scale_ = std::numeric_limits<double>::infinity();
   int64_t skip_warning_after_ = 10;
+  bool capturable_ = false;
 };
 
 class GradScaler {
@@ -191,15 +216,18 @@ class GradScaler {
   /// For logging: whether the last step() found an inf/NaN (and so skipped optimizer.step()), and
   /// how many step() calls have been skipped since construction (not part of state_dict, as in PyTorch
   /// which has neither).
-  bool found_inf() const { return last_found_inf_; }
-  int64_t skipped_steps() const { return skipped_steps_; }
+  bool found_inf() const { read_device_state(); return last_found_inf_; }
+  int64_t skipped_steps() const { read_device_state(); return skipped_steps_; }
   /// The cap on S (+inf when none).
   double get_max_scale() const { return max_scale_; }
   /// Iterations skipped in a row up to the last update() (0 after a successful one); in state_dict.
-  int64_t consecutive_skipped_steps() const { return consecutive_skipped_; }
+  int64_t consecutive_skipped_steps() const { read_device_state(); return consecutive_skipped_; }
   /// True while the current run of skipped iterations is at least skip_warning_after long (never
   /// when the warning is off): the loss or its gradients are non-finite whatever the scale.
-  bool skip_streak() const { return skip_warning_after_ > 0 && consecutive_skipped_ >= skip_warning_after_; }
+  bool skip_streak() const {
+    read_device_state();
+    return skip_warning_after_ > 0 && consecutive_skipped_ >= skip_warning_after_;
+  }
   /// True while S < 1: gradients overflow (or are NaN) even without scaling.
   bool scale_below_one() const { return enabled_ && get_scale() < 1.0; }
   /// Number of diagnostic lines written to std::cerr since construction (the BF16 note not included).
@@ -207,6 +235,14 @@ class GradScaler {
   /// Whether the one-time BF16 note of the file comment was written (a BF16 region, loss or gradient
   /// was seen by this enabled scaler).
   bool bf16_note_written() const { return bf16_noted_; }
+  /// Whether S lives on the device now (capturable, after a scale() of a CUDA loss).
+  bool state_on_device() const { return scale_device_.defined(); }
+  /// The device S (0-d FP32 CUDA tensor) of a capturable scaler; undefined before the first scale().
+  const Tensor& device_scale() const { return scale_device_; }
+  /// The 1-element FP32 CUDA found_inf flag unscale_ made for `optimizer` this iteration (until
+  /// update()); undefined when there is none (not unscaled yet, or CPU gradients only). A capturable
+  /// loop passes it to nn::BufferSnapshot::restore_if.
+  Tensor device_found_inf(const optim::Optimizer& optimizer) const;
 
   /// {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"} as PyTorch,
   /// plus "skip_warning_after", "_consecutive_skipped" and (when a cap is set) "max_scale"; {} when
@@ -235,6 +271,13 @@ class GradScaler {
   void note_bf16(const char* seen);
   /// found_inf of `st`, reading the device flag into it first if one is pending (a D2H copy).
   static bool resolve_found_inf(OptimizerState& st);
+  /// Capturable: S, the tracker and the counters made on the device from the host values.
+  void make_device_state();
+  /// Capturable, with device state: copy it into the host fields (waits for the stream) and write the
+  /// diagnostics' warnings newly due. Does nothing otherwise.
+  void read_device_state() const;
+  /// The diagnostics' warnings of the file comment, for the values now in the host fields.
+  void warn_diagnostics(bool was_below_one, bool streak_reached) const;
 
   bool enabled_;
   bool fp16_grads_to_fp32_;
@@ -244,16 +287,22 @@ class GradScaler {
   double backoff_factor_;
   int64_t growth_interval_;
   int32_t init_growth_tracker_ = 0;
-  std::optional<float> scale_;               // PyTorch's _scale: created by the first scale()
-  std::optional<int32_t> growth_tracker_;    // PyTorch's _growth_tracker
+  // Capturable scalers with device state keep the next five fields as copies of the device state,
+  // refreshed by read_device_state() (hence mutable).
+  mutable std::optional<float> scale_;            // PyTorch's _scale: created by the first scale()
+  mutable std::optional<int32_t> growth_tracker_; // PyTorch's _growth_tracker
   // Keyed by the optimizer's address, as PyTorch keys _per_optimizer_states by id(optimizer).
   std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_;
-  bool last_found_inf_ = false;
-  int64_t skipped_steps_ = 0;
+  mutable bool last_found_inf_ = false;
+  mutable int64_t skipped_steps_ = 0;
   double max_scale_;
   int64_t skip_warning_after_;
-  int64_t consecutive_skipped_ = 0;
-  int64_t warnings_emitted_ = 0;
+  mutable int64_t consecutive_skipped_ = 0;
+  mutable int64_t warnings_emitted_ = 0;
+  bool capturable_;
+  Tensor scale_device_;      // capturable: S (0-d FP32, CUDA)
+  Tensor counters_device_;   // capturable: grad_scaler_cuda.h's kNumCounters Int64 counters (CUDA)
+  mutable bool device_newer_ = false;  // the device state has changed since read_device_state
   FoundInfAllReduce found_inf_all_reduce_;
 };
 

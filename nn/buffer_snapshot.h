@@ -17,6 +17,8 @@
 //       if (!scaler.step(opt)) bn.restore();    // skipped: the running statistics are as before
 //       scaler.update();
 //     }
+// With a capturable GradScaler (no host read of found_inf) restore_if(flag) makes the same choice
+// on the device.
 //
 // Cost: one copy of every buffer per step (a U-Net's BatchNorm buffers are a few KB; on CUDA one
 // device-to-device copy per buffer, queued on the stream, no sync). A module without buffers
@@ -42,6 +44,16 @@ class BufferSnapshot {
   /// Copies the snapshot back into the module's buffers (in place: the buffers keep their tensors,
   /// their version counters are bumped as by any in-place write).
   void restore();
+  /// restore() of the module's CUDA buffers, decided on the device: the copies run only if `found_inf`
+  /// (GradScaler's 1-element FP32 CUDA flag) is nonzero, in one launch (core/cuda/tensor_kernels.h's
+  /// copy_if_flag); the host learns nothing and does not wait, so a step with a capturable GradScaler
+  /// can restore the buffers of a skipped step inside a CUDA graph. Their version counters are bumped
+  /// either way. Buffers on the CPU are left alone: the host cannot know the flag. In a CUDA model the
+  /// only ones are BatchNorm's Int64 num_batches_tracked (Module::to moves floating buffers only), a
+  /// count the host advances in forward; halfgrad's BatchNorm uses a fixed momentum, so it feeds no
+  /// computation, and with a device-side skip (or graph replays, which run no host code) it counts the
+  /// forwards the host ran rather than the updates kept.
+  void restore_if(const Tensor& found_inf);
   /// Bytes held by the copies.
   size_t nbytes() const;
   size_t size() const { return saved_.size(); }

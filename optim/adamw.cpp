@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "optim/tensor_json.h"
 #ifdef HALFGRAD_CUDA
+#include "core/cuda/graph.h"
 #include "optim/adamw_cuda.h"
 #endif
 
@@ -31,7 +32,8 @@ nlohmann::json AdamWOptions::to_json() const {
           {"eps", eps_},
           {"weight_decay", weight_decay_},
           {"amsgrad", false},
-          {"master_weights", master_weights_}};  // halfgrad's key; PyTorch ignores unknown group keys
+          {"master_weights", master_weights_},  // halfgrad's key; PyTorch ignores unknown group keys
+          {"capturable", capturable_}};
 }
 
 void AdamWOptions::from_json(const json_checked::Field& j) {
@@ -46,11 +48,17 @@ void AdamWOptions::from_json(const json_checked::Field& j) {
   eps_ = j["eps"].as_number();
   weight_decay_ = j["weight_decay"].as_number();
   master_weights_ = j.has("master_weights") ? j["master_weights"].as_bool() : true;  // absent in PyTorch's dicts
+  // "capturable" is not read back: it says how this process runs its step (a CUDA graph or not), not
+  // what the training state is, so a checkpoint resumes under either.
+}
+
+int64_t AdamWParamState::steps() const {
+  return step_device.defined() ? static_cast<int64_t>(step_device.item()) : step;
 }
 
 nlohmann::json AdamWParamState::to_json(StateTensorCodec& codec, const std::string& index) const {
   nlohmann::json j = OptimizerParamState::to_json(codec, index);
-  j["step"] = step;
+  j["step"] = steps();
   j["exp_avg"] = codec.put(index, "exp_avg", exp_avg);
   j["exp_avg_sq"] = codec.put(index, "exp_avg_sq", exp_avg_sq);
   return j;
@@ -59,6 +67,7 @@ nlohmann::json AdamWParamState::to_json(StateTensorCodec& codec, const std::stri
 void AdamWParamState::from_json(const json_checked::Field& j, StateTensorCodec& codec) {
   OptimizerParamState::from_json(j, codec);
   step = j["step"].as_int(0, std::numeric_limits<int64_t>::max());
+  step_device = Tensor();  // made again from `step` by the next capturable step()
   exp_avg = codec.get(j["exp_avg"]);
   exp_avg_sq = codec.get(j["exp_avg_sq"]);
 }
@@ -143,6 +152,27 @@ void adamw_update_fp16(uint16_t* p, const float* g, uint16_t* m, uint16_t* v, in
 
 }  // namespace
 
+bool AdamW::skips_on_device() const {
+  for (const auto& group : param_groups_)
+    if (!static_cast<const AdamWOptions&>(group.options()).capturable()) return false;
+  return true;
+}
+
+void AdamW::stage_lr() {
+  NoGradGuard no_grad;
+  lr_device_.resize(param_groups_.size());
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const auto& options = static_cast<const AdamWOptions&>(param_groups_[g].options());
+    if (!options.capturable()) continue;
+    bool any_cuda = false;
+    for (const Tensor& p : param_groups_[g].params()) any_cuda = any_cuda || p.is_cuda();
+    if (!any_cuda) continue;
+    // A fill kernel with the lr as its argument: ordered after the queued steps that read the old one.
+    if (!lr_device_[g].defined()) lr_device_[g] = Tensor::full({1}, options.lr(), kFloat64, Device::CUDA);
+    else lr_device_[g].fill_(options.lr());
+  }
+}
+
 void AdamW::step() {
   NoGradGuard no_grad;
   last_cuda_states_.clear();
@@ -150,8 +180,13 @@ void AdamW::step() {
   std::vector<AdamWCudaTensor> cuda_tensors;
   std::vector<Tensor> keep_alive;  // converted gradients, until the launch is queued
   const float* found_inf = found_inf_for_step();
+  // Capturable groups read their lr from the device: written here, except inside a capture, whose
+  // replays take the lr stage_lr() writes before each of them.
+  if (!cuda::capturing()) stage_lr();
+  lr_device_.resize(param_groups_.size());
 #endif
-  for (auto& group : param_groups_) {
+  for (size_t group_index = 0; group_index < param_groups_.size(); ++group_index) {
+    auto& group = param_groups_[group_index];
     const auto& options = static_cast<const AdamWOptions&>(group.options());
     for (const Tensor& param : group.params()) {
       const Tensor grad = param.grad();
@@ -171,22 +206,42 @@ void AdamW::step() {
                  "AdamW: parameter of shape " << shape_str(param.shape()) << " has "
                  << (pure_fp16 ? "FP32 master" : "pure-FP16") << " state, but its group now has master_weights("
                  << (pure_fp16 ? "false" : "true") << "); set it before the first step");
+        // Inside a CUDA graph capture nothing may be made or baked: a state created here would be
+        // created again (zeroed, copied from the parameter) by every replay, and host scalars would
+        // replay the capture's lr and step.
+        HG_CHECK(!cuda::capturing() || (options.capturable() && state.exp_avg.defined() && state.step_device.defined()),
+                 "AdamW.step: a CUDA graph capture is active, but the parameter of shape " << shape_str(param.shape())
+                     << (options.capturable() ? " has no optimizer state yet; run one eager step before capturing"
+                                              : "'s group is not capturable; set AdamWOptions().capturable(true)"));
         if (is_reduced_float(param.dtype()) && !pure_fp16) update_target(param, state);  // creates the master
         if (!state.exp_avg.defined()) {
           const Dtype md = pure_fp16 ? kFloat16 : kFloat32;
           state.exp_avg = Tensor::zeros(param.shape(), md, param.device(), param.memory_format());
           state.exp_avg_sq = Tensor::zeros(param.shape(), md, param.device(), param.memory_format());
         }
-        state.step += 1;
-        last_cuda_states_.push_back(&state);
+        AdamWStepScalars host_scalars{};
+        AdamWDeviceScalars device_scalars{};
+        if (options.capturable()) {
+          HG_CHECK(lr_device_[group_index].defined(),
+                   "AdamW.step (capturable): group " << group_index << "'s lr has no device copy yet; call "
+                   "stage_lr() (or one eager step()) before capturing the step");
+          if (!state.step_device.defined())  // from the host count (0, or a loaded checkpoint's)
+            state.step_device = Tensor::full({1}, static_cast<double>(state.step), kInt64, param.device());
+          const auto [b1, b2] = options.betas();
+          device_scalars = {lr_device_[group_index].data<double>(), state.step_device.data<int64_t>(),
+                            options.weight_decay(), b1, b2, options.eps()};
+        } else {
+          state.step += 1;
+          last_cuda_states_.push_back(&state);
+          const AdamWScalars<float> s(options, state.step);
+          host_scalars = {s.decay, s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2,
+                          s.bias_correction2_sqrt, s.eps, s.neg_step_size};
+        }
         const Tensor g = cuda_grad_for(param, grad);
         keep_alive.push_back(g);
-        const AdamWScalars<float> s(options, state.step);
         cuda_tensors.push_back({param.raw_data(), state.master.defined() ? state.master.data<float>() : nullptr,
                                 g.raw_data(), state.exp_avg.raw_data(), state.exp_avg_sq.raw_data(), param.numel(),
-                                param.dtype(), g.dtype(), state.exp_avg.dtype(),
-                                AdamWStepScalars{s.decay, s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2,
-                                                 s.bias_correction2_sqrt, s.eps, s.neg_step_size}});
+                                param.dtype(), g.dtype(), state.exp_avg.dtype(), host_scalars, device_scalars});
         continue;
       }
 #endif

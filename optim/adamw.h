@@ -25,6 +25,19 @@
 // (near 1.0 the spacing is 2^-10), and v = (1 - beta2) * g^2 flushes to zero below about 2^-24, so
 // for |g| below about 8e-3 the denominator is eps alone and the step becomes lr * m / eps - far too
 // large with eps 1e-8. Pure FP16 AdamW needs a larger eps (amp/opt_level.h raises it to 1e-4).
+//
+// Capturable (AdamWOptions().capturable(true), PyTorch's capturable=True): for CUDA parameters the
+// learning rate and each parameter's step count live on the device, so that the step holds no host
+// number that changes from step to step and can be captured in a CUDA graph (core/cuda/graph.h) and
+// replayed. The fused kernel computes the per-step scalars on the device from them (adamw_cuda.cu),
+// and advances the device step count itself - unless GradScaler's found_inf flag is set, so a skipped
+// step needs nothing taken back on the host (skips_on_device() is true). The lr: step() writes each
+// capturable group's lr into its device copy first (a fill kernel, ordered on the stream), except
+// while a capture is active, because a captured write would replay the lr of the capture; around a
+// graph the caller sets the groups' lr and calls stage_lr() before each replay. Saving reads the
+// device step counts (a device-to-host copy: state_dict is not for the captured step). The host's
+// AdamWParamState::step of a capturable CUDA parameter is the count when its device copy was made
+// (its first step, or a load); steps() gives the current one.
 #pragma once
 #include <tuple>
 
@@ -44,8 +57,11 @@ class AdamWOptions : public OptimizerOptions {
   /// halfgrad's switch: false updates Float16 parameters in place with Float16 moments and no FP32
   /// master (pure FP16, see above). Default true. No effect on Float32 / Float64 parameters.
   AdamWOptions& master_weights(bool v) { master_weights_ = v; return *this; }
+  /// Device-side lr and step counts for CUDA parameters (see the file comment). Default false.
+  AdamWOptions& capturable(bool v) { capturable_ = v; return *this; }
   double lr() const { return lr_; }
   bool master_weights() const { return master_weights_; }
+  bool capturable() const { return capturable_; }
   const std::tuple<double, double>& betas() const { return betas_; }
   double eps() const { return eps_; }
   double weight_decay() const { return weight_decay_; }
@@ -64,10 +80,14 @@ class AdamWOptions : public OptimizerOptions {
   double eps_ = 1e-8;
   double weight_decay_ = 1e-2;
   bool master_weights_ = true;
+  bool capturable_ = false;
 };
 
 struct AdamWParamState : OptimizerParamState {
-  int64_t step = 0;    // updates applied to this parameter (t above)
+  int64_t step = 0;    // updates applied to this parameter (t above); capturable CUDA: see step_device
+  Tensor step_device;  // capturable CUDA parameters: the current count (1-element Int64), step as of its making
+  /// The updates applied so far: step, or step_device read back (a device-to-host copy) when defined.
+  int64_t steps() const;
   Tensor exp_avg;      // m, in the update dtype (FP32 for a Float16 parameter; Float16 without masters)
   Tensor exp_avg_sq;   // v
   /// As the base, but also accepts the pure-FP16 layout of master_weights(false): a Float16 parameter
@@ -87,6 +107,11 @@ class AdamW : public Optimizer {
   /// each with its group's options and its own step count.
   void step() override;
   void undo_skipped_step() override;
+  /// True when every group is capturable: a step the found_inf flag skips leaves nothing to undo.
+  bool skips_on_device() const override;
+  /// Queues the write of every capturable group's current lr into its device copy (see the file
+  /// comment): call it before each replay of a captured step, after setting the lr. Nothing waits.
+  void stage_lr();
 
  protected:
   std::unique_ptr<OptimizerParamState> make_param_state() const override {
@@ -94,7 +119,8 @@ class AdamW : public Optimizer {
   }
 
  private:
-  std::vector<AdamWParamState*> last_cuda_states_;  // advanced by the last step()'s CUDA launch
+  std::vector<AdamWParamState*> last_cuda_states_;  // host steps advanced by the last step()'s CUDA launch
+  std::vector<Tensor> lr_device_;                   // per group: its lr (1-element Float64, CUDA) when capturable
 };
 
 }  // namespace halfgrad::optim

@@ -17,6 +17,14 @@
 // with -fmad=false (CMakeLists.txt), as the CPU side contracts nothing: a step agrees with the CPU's
 // to the last bit or nearly, and 100 steps to ~1e-5 relative (tests/cuda/optim_cuda_test.cpp).
 // Mixed precision: with GradScaler's found_inf flag set the kernel returns before touching memory.
+// Capturable entries (AdamWDeviceScalars, for CUDA graphs): every thread computes its chunk's scalars
+// from the device lr and t = *step + 1, in double exactly as AdamWScalars<float> does on the host
+// (optim/*.cu is built without FMA contraction), rounded once to float; CUDA's pow is within 2 ulp
+// in double where glibc's is nearly correctly rounded, so after the rounding to float the scalars
+// equal the host's but for a rare last-bit tie (tests/cuda/optim_cuda_test.cpp compares the two
+// paths). A second launch (advance_steps_kernel, one thread per entry) then adds 1 to each
+// capturable step unless found_inf is set: the update kernel's blocks all read the step before any
+// write, since the two launches are ordered on the stream.
 #include "optim/adamw_cuda.h"
 #include "optim/multi_tensor_cuda.cuh"
 
@@ -27,6 +35,30 @@ using multi_tensor::Chunk;
 using multi_tensor::load_float;
 using multi_tensor::store_float;
 
+// AdamWScalars<float>(options, step) of adamw.cpp, from the device lr and step + 1.
+__device__ AdamWStepScalars device_scalars(const AdamWDeviceScalars& d) {
+  const double lr = *d.lr;
+  const double t = static_cast<double>(*d.step + 1);
+  AdamWStepScalars s;
+  s.decay = static_cast<float>(1.0 - lr * d.weight_decay);
+  s.beta1 = static_cast<float>(d.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - d.beta1);
+  s.beta2 = static_cast<float>(d.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - d.beta2);
+  s.bias_correction2_sqrt = static_cast<float>(sqrt(1.0 - pow(d.beta2, t)));
+  s.eps = static_cast<float>(d.eps);
+  s.neg_step_size = static_cast<float>(-(lr / (1.0 - pow(d.beta1, t))));
+  return s;
+}
+
+// After the update: each capturable entry's step += 1, unless the step was skipped. One thread per entry.
+__global__ void advance_steps_kernel(const AdamWCudaTensor* __restrict__ tensors, int64_t num_tensors,
+                                     const float* found_inf) {
+  if (multi_tensor::skip_step(found_inf)) return;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < num_tensors && tensors[i].dev.step != nullptr) *tensors[i].dev.step += 1;
+}
+
 __global__ void __launch_bounds__(multi_tensor::kThreads)
     adamw_kernel(const AdamWCudaTensor* __restrict__ tensors, const Chunk* __restrict__ chunks, int64_t num_chunks,
                  const float* found_inf) {
@@ -34,7 +66,7 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
   for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
     const Chunk ch = chunks[c];
     const AdamWCudaTensor t = tensors[ch.tensor];  // registers: the stores below cannot alias it
-    const AdamWStepScalars s = t.s;
+    const AdamWStepScalars s = t.dev.lr != nullptr ? device_scalars(t.dev) : t.s;
     for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
       const float p = t.master != nullptr ? t.master[i] : load_float(t.param, t.param_dtype, i);
       const float g = load_float(t.grad, t.grad_dtype, i);
@@ -69,12 +101,23 @@ void adamw_step_cuda(const std::vector<AdamWCudaTensor>& tensors, const float* f
              "AdamW (CUDA): a bfloat16 parameter needs its FP32 master weight");
     HG_CHECK((t.moment_dtype == kFloat16) == (t.param_dtype == kFloat16 && t.master == nullptr),
              "AdamW (CUDA): float16 moments go with exactly the pure-FP16 layout (float16 parameter, no master)");
+    HG_CHECK((t.dev.lr == nullptr) == (t.dev.step == nullptr),
+             "AdamW (CUDA): a capturable entry needs both its device lr and its device step");
   }
+  bool any_capturable = false;
+  for (const AdamWCudaTensor& t : tensors) any_capturable = any_capturable || t.dev.step != nullptr;
   const auto table = multi_tensor::upload(tensors, "AdamW (CUDA)");
-  if (table.num_chunks == 0) return;
-  adamw_kernel<<<table.grid(), multi_tensor::kThreads, 0, cuda::stream()>>>(table.entries, table.chunks,
-                                                                            table.num_chunks, found_inf);
-  HG_CUDA_LAUNCH_CHECK("AdamW.step");
+  if (table.num_chunks > 0) {
+    adamw_kernel<<<table.grid(), multi_tensor::kThreads, 0, cuda::stream()>>>(table.entries, table.chunks,
+                                                                              table.num_chunks, found_inf);
+    HG_CUDA_LAUNCH_CHECK("AdamW.step");
+  }
+  if (any_capturable) {  // an entry of numel 0 has no chunk but still counts a step, as on the CPU
+    const int64_t n = static_cast<int64_t>(tensors.size());
+    advance_steps_kernel<<<static_cast<unsigned>((n + multi_tensor::kThreads - 1) / multi_tensor::kThreads),
+                           multi_tensor::kThreads, 0, cuda::stream()>>>(table.entries, n, found_inf);
+    HG_CUDA_LAUNCH_CHECK("AdamW.step (device step counts)");
+  }
 }
 
 }  // namespace halfgrad::optim

@@ -3,12 +3,23 @@
 // most of them for biases of a few dozen elements). Included by the optimizer, clip_grad_norm_ and
 // GradScaler kernels (.cu files only).
 //
-// The table, built on the host and copied to the device once per launch (one H2D copy, queued on the
-// stream like the kernel, so the host does not wait):
+// The table, built on the host and written to device memory once per launch:
 //   entries  Entry[T]       one per tensor: its pointers, numel, dtypes and per-tensor scalars
 //                           (hyperparameters, bias corrections); every Entry has `int64_t numel`.
 //   chunks   Chunk[C]       each tensor cut into pieces of kChunkElements elements, in tensor order:
 //                           chunk c covers elements [begin, end) of entries[tensor].
+// How the bytes get there: as kernel parameters. The table is cut into pieces of kParamBytes and
+// each piece is the by-value argument of one write_bytes_kernel launch (one block, one thread per
+// byte), queued on the stream before the kernel that reads the table. Two reasons, both about the
+// step without host synchronisation (issue 11):
+//   * cuda::copy_h2d stages through one pinned buffer and waits (cudaEventSynchronize) for the
+//     previous copy to leave it, so three tables in a step were three host waits on the stream;
+//     a launch never waits.
+//   * A CUDA graph (core/cuda/graph.h) records a launch with a copy of its arguments: the table is
+//     part of the graph and is written again by every replay. A copy from host memory would be
+//     recorded as a copy from that address, which is freed (or holds the next table) by the replay.
+// A U-Net table is a few KiB (~50 entries of <= 96 bytes, a few hundred chunks of 24 bytes): one to
+// three extra launches of one block each, a few microseconds of launch time against the waits removed.
 // Parallel mapping: one block handles one chunk at a time and strides over the chunks
 // (c = blockIdx.x, blockIdx.x + gridDim.x, ...); its kThreads threads stride over the chunk's
 // elements, so consecutive threads touch consecutive elements (coalesced). A chunk never spans two
@@ -42,7 +53,8 @@ struct Chunk {
 };
 
 /// The device copy of a table. `storage` owns it: dropping it after the launch is safe, since the
-/// caching allocator only hands the block to work queued later on the same stream (runtime.h).
+/// caching allocator only hands the block to work queued later on the same stream (runtime.h); during
+/// a graph capture the block returns to the graph's pool, whose later users come later in the graph.
 template <typename Entry>
 struct Table {
   const Entry* entries = nullptr;
@@ -56,8 +68,31 @@ struct Table {
   }
 };
 
-/// Cuts every entry into chunks and copies entries and chunks to the device in one transfer.
-/// Entries with numel 0 get no chunk. `op` names the caller in errors.
+/// Bytes of table carried by one write_bytes_kernel launch: the piece and its header (16 bytes) stay
+/// below the 4096 bytes of kernel parameters every CUDA device and toolkit accepts.
+constexpr size_t kParamBytes = 4032;
+
+/// One piece of a table, passed by value as a kernel argument.
+struct BytePiece {
+  uint8_t* dst;
+  uint32_t nbytes;                     // <= kParamBytes
+  uint32_t unused;                     // keeps bytes 16-byte aligned, stated rather than left to the compiler
+  alignas(16) uint8_t bytes[kParamBytes];
+};
+static_assert(sizeof(BytePiece) <= 4096, "a piece must fit in the 4 KiB of kernel parameters");
+
+namespace detail {
+namespace {  // one copy per .cu file that includes this header: no symbol shared between libraries
+/// dst[0, nbytes) = bytes[0, nbytes): one block; thread i copies bytes i, i + blockDim.x, ...
+__global__ void write_bytes_kernel(const BytePiece piece) {
+  for (uint32_t i = threadIdx.x; i < piece.nbytes; i += blockDim.x) piece.dst[i] = piece.bytes[i];
+}
+}  // namespace
+}  // namespace detail
+
+/// Cuts every entry into chunks and writes entries and chunks to the device, as kernel arguments
+/// (see the file comment); nothing waits. Entries with numel 0 get no chunk. `op` names the caller
+/// in errors.
 template <typename Entry>
 Table<Entry> upload(const std::vector<Entry>& entries, const char* op) {
   static_assert(std::is_trivially_copyable_v<Entry>, "a table entry is copied to the device byte for byte");
@@ -77,7 +112,14 @@ Table<Entry> upload(const std::vector<Entry>& entries, const char* op) {
   // An Int64 tensor as raw device bytes (256-byte aligned, from the caching allocator).
   table.storage = Tensor::empty({static_cast<int64_t>((bytes + 7) / 8)}, kInt64, Device::CUDA);
   auto* base = static_cast<uint8_t*>(table.storage.raw_data());
-  if (bytes > 0) cuda::copy_h2d(base, host.data(), bytes);
+  BytePiece piece{};
+  for (size_t at = 0; at < bytes; at += kParamBytes) {
+    piece.dst = base + at;
+    piece.nbytes = static_cast<uint32_t>(std::min(kParamBytes, bytes - at));
+    std::memcpy(piece.bytes, host.data() + at, piece.nbytes);
+    detail::write_bytes_kernel<<<1, kThreads, 0, cuda::stream()>>>(piece);
+    HG_CUDA_LAUNCH_CHECK(op);
+  }
   table.entries = reinterpret_cast<const Entry*>(base);
   table.chunks = reinterpret_cast<const Chunk*>(base + entry_bytes);
   return table;

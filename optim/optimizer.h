@@ -169,6 +169,9 @@ class Optimizer {
   /// After a step() whose CUDA update the found_inf flag skipped: restore the host-side state to what
   /// it was before that step(). Only valid right after it.
   virtual void undo_skipped_step() = 0;
+  /// True when a step() the found_inf flag skips on the device leaves no host-side state to undo (a
+  /// capturable optimizer: AdamWOptions().capturable(true)), so GradScaler need not read the flag.
+  virtual bool skips_on_device() const { return false; }
 
   /// {"state": {"<index>": {...}}, "param_groups": [{<options>, "params": [indices]}]}, tensors in base64.
   nlohmann::json state_dict() const;

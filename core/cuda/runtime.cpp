@@ -13,14 +13,56 @@
 #include <sstream>
 
 #include "core/cuda/block_allocator.h"
+#include "core/cuda/graph.h"
+#include "core/cuda/graph_pools.h"
 #include "core/cuda/check.cuh"
 #include "core/error.h"
 
 namespace halfgrad::cuda {
 
+namespace {
+// What the active graph capture records (cuda::Graph::capture's `what`), empty when none: named in
+// the error of a call the capture refuses.
+std::mutex& capture_mu() {
+  static std::mutex* m = new std::mutex();
+  return *m;
+}
+std::string& capture_what() {
+  static std::string* s = new std::string();
+  return *s;
+}
+bool is_capture_error(cudaError_t err) {
+  switch (err) {
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureInvalidated:
+    case cudaErrorStreamCaptureImplicit:
+    case cudaErrorStreamCaptureIsolation:
+    case cudaErrorStreamCaptureUnmatched:
+    case cudaErrorStreamCaptureUnjoined:
+    case cudaErrorStreamCaptureMerge:
+    case cudaErrorStreamCaptureWrongThread:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 void throw_cuda_error(const char* op, const char* call, cudaError_t err) {
   std::ostringstream os;
   os << op << ": " << call << " failed: " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ")";
+  std::string what;
+  {
+    std::lock_guard<std::mutex> lock(capture_mu());
+    what = capture_what();
+  }
+  if (is_capture_error(err))
+    os << "; a CUDA graph capture" << (what.empty() ? std::string() : " of '" + what + "'")
+       << " refused it: a graph cannot hold a call that waits for the device or reads its results on the "
+          "host (item(), a device-to-host copy, synchronize, an allocator segment release); keep such calls out "
+          "of the captured work, or run it eagerly";
+  else if (!what.empty())
+    os << " (during the CUDA graph capture of '" << what << "')";
   throw Error(os.str());
 }
 
@@ -68,7 +110,13 @@ class CudaSegments final : public SegmentBackend {
  public:
   void* raw_alloc(size_t nbytes) override {
     void* p = nullptr;
+    // cudaMalloc is a "potentially unsafe" call, which a thread-local capture (graph.h) refuses; a
+    // graph's pool needs real segments while it captures, and a segment is not stream work, so the
+    // thread's capture mode is relaxed around this one call (push-pop, as CUDA's docs advise).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    HG_CUDA_CHECK("cuda::allocate", cudaThreadExchangeStreamCaptureMode(&mode));
     const cudaError_t e = cudaMalloc(&p, nbytes);
+    cudaThreadExchangeStreamCaptureMode(&mode);  // back to what it was
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // clear it: out of memory is not sticky
       return nullptr;
@@ -102,7 +150,7 @@ size_t memory_limit_from_env() {
 struct Cache {
   std::mutex mu;
   CudaSegments segments;
-  BlockAllocator blocks{segments, BlockAllocatorOptions{kNoMaxSplitSize, memory_limit_from_env()}};
+  GraphPools blocks{segments, BlockAllocatorOptions{kNoMaxSplitSize, memory_limit_from_env()}};  // eager + graph pools
 };
 Cache& cache() {
   static Cache* c = new Cache();  // never destroyed: tensors may be freed during static destruction
@@ -199,7 +247,7 @@ void set_poison(int byte) {
 AllocatorStats allocator_stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  return c.blocks.stats();
+  return c.blocks.eager().stats();
 }
 MemoryInfo memory_info() {
   need_device("cuda::memory_info");
@@ -210,28 +258,38 @@ MemoryInfo memory_info() {
 void reset_peak_stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.blocks.reset_peak_stats();
+  c.blocks.eager().reset_peak_stats();
 }
 void empty_cache() {
   if (!is_available()) return;
   synchronize("cuda::empty_cache");
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.blocks.empty_cache();
+  c.blocks.eager().empty_cache();
 }
 void set_memory_limit(size_t bytes) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.blocks.set_memory_limit(bytes);
+  c.blocks.eager().set_memory_limit(bytes);
 }
 size_t memory_limit() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  return c.blocks.memory_limit();
+  return c.blocks.eager().memory_limit();
 }
 
 void copy_h2d(void* dst, const void* src, size_t nbytes) {
   if (nbytes == 0) return;
+  {
+    // A captured copy would replay from the staging buffer as it is at replay time (the bytes of
+    // whatever copy came last), and the wait below is refused by a capture anyway: say so plainly.
+    std::lock_guard<std::mutex> lock(capture_mu());
+    HG_CHECK(capture_what().empty(),
+             "cuda::copy_h2d: a host-to-device copy of " << nbytes << " bytes during the CUDA graph capture of '"
+                 << capture_what() << "'; a graph replays the copy's source address, not its bytes: put the "
+                 "value in device memory before capturing (a kernel argument, or a device tensor the host updates "
+                 "between replays)");
+  }
   Staging& st = staging();
   std::lock_guard<std::mutex> lock(st.mu);
   if (!st.done) HG_CUDA_CHECK("cuda::copy_h2d", cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
@@ -266,6 +324,51 @@ void memset_async(void* dst, int byte, size_t nbytes) {
 
 void synchronize(const char* what) {
   HG_CUDA_CHECK(what, cudaStreamSynchronize(stream()));
+}
+
+uint64_t graph_pool_create() {
+  need_device("cuda::Graph");
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.blocks.create_pool();
+}
+
+void graph_pool_begin_capture(uint64_t pool, const std::string& what) {
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.blocks.begin_capture(pool, "cuda::Graph::capture");
+  }
+  std::lock_guard<std::mutex> lock(capture_mu());
+  capture_what() = what.empty() ? std::string("(unnamed)") : what;
+}
+
+void graph_pool_end_capture() {
+  {
+    std::lock_guard<std::mutex> lock(capture_mu());
+    capture_what().clear();
+  }
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.blocks.end_capture();
+}
+
+void graph_pool_retire(uint64_t pool) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.blocks.retire_pool(pool);
+}
+
+AllocatorStats graph_pool_stats(uint64_t pool) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.blocks.pool_stats(pool);
+}
+
+bool capturing() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.blocks.capturing() != 0;
 }
 
 }  // namespace halfgrad::cuda

@@ -1,4 +1,5 @@
 // runtime_stub.cpp - runtime.h in a build without CUDA: nothing is available, every use says why.
+#include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda/streams.h"
 #include "core/cuda/tensor_kernels.h"
@@ -32,6 +33,12 @@ void set_memory_limit(size_t) { no_cuda("cuda::set_memory_limit"); }
 size_t memory_limit() { return 0; }
 int poison() { return -1; }
 void set_poison(int) { no_cuda("cuda::set_poison"); }
+uint64_t graph_pool_create() { no_cuda("cuda::Graph"); }
+void graph_pool_begin_capture(uint64_t, const std::string&) { no_cuda("cuda::Graph::capture"); }
+void graph_pool_end_capture() {}
+void graph_pool_retire(uint64_t) {}
+AllocatorStats graph_pool_stats(uint64_t) { return {}; }
+bool capturing() { return false; }
 
 // streams.h: nothing to allocate, record or wait on without CUDA. Destructors and moves of empty
 // handles do nothing.
@@ -53,6 +60,7 @@ void Event::synchronize() const { no_cuda("cuda::Event::synchronize"); }
 bool Event::query() const { no_cuda("cuda::Event::query"); }
 float Event::elapsed_ms_since(const Event&) const { no_cuda("cuda::Event::elapsed_ms_since"); }
 void main_stream_wait(const Event&) { no_cuda("cuda::main_stream_wait"); }
+void main_stream_copy_d2h_async(void*, const void*, size_t) { no_cuda("cuda::main_stream_copy_d2h_async"); }
 Stream::Stream() { no_cuda("cuda::Stream"); }
 Stream::~Stream() = default;
 Stream::Stream(Stream&&) noexcept {}
@@ -60,6 +68,13 @@ Stream& Stream::operator=(Stream&&) noexcept { return *this; }
 void Stream::wait(const Event&) { no_cuda("cuda::Stream::wait"); }
 void Stream::copy_h2d_async(void*, const void*, size_t) { no_cuda("cuda::Stream::copy_h2d_async"); }
 void Stream::synchronize() { no_cuda("cuda::Stream::synchronize"); }
+
+// graph.h: nothing can be captured without CUDA.
+Graph::~Graph() = default;
+void Graph::destroy() {}
+void Graph::capture(const std::function<void()>&, const std::string&) { no_cuda("cuda::Graph::capture"); }
+void Graph::replay() { no_cuda("cuda::Graph::replay"); }
+size_t Graph::pool_reserved_bytes() const { return 0; }
 
 // tensor_kernels.h: unreachable without CUDA tensors, which a build without CUDA cannot make.
 void fill(void*, Dtype, int64_t, double) { no_cuda("fill_"); }

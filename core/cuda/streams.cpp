@@ -110,6 +110,11 @@ void main_stream_wait(const Event& e) {
   HG_CUDA_CHECK("cuda::main_stream_wait", cudaStreamWaitEvent(stream(), ev(e.handle()), 0));
 }
 
+void main_stream_copy_d2h_async(void* dst, const void* src, size_t nbytes) {
+  if (nbytes == 0) return;
+  HG_CUDA_CHECK("cuda::main_stream_copy_d2h_async", cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream()));
+}
+
 // ---- Stream ---------------------------------------------------------------------------------------
 Stream::Stream() {
   need_device("cuda::Stream");

@@ -94,6 +94,12 @@ class Event {
 /// after `e` completes; the host does not wait.
 void main_stream_wait(const Event& e);
 
+/// Queues a device-to-host copy of nbytes from `src` (device memory) to `dst` (pinned memory, e.g. a
+/// PinnedBuffer: the copy is then asynchronous) on the main stream, after the work queued there;
+/// returns at once. The bytes are on the host once an Event recorded on the main stream after it
+/// completes (a result read a step late without waiting for the running step). 0 bytes does nothing.
+void main_stream_copy_d2h_async(void* dst, const void* src, size_t nbytes);
+
 /// A second stream, non-blocking with respect to the legacy default stream (as the main one), for
 /// copies that overlap with the main stream's kernels.
 class Stream {

@@ -1,11 +1,16 @@
 // tensor_kernels.cu - core's CUDA kernels (see tensor_kernels.h).
 //   fill / convert / accumulate / count_nonfinite: one thread per element, grid-stride loops.
+//   copy_if_flag: the copies go by value in the kernel's arguments (<= 128 of 24 bytes: within the
+//   4 KiB of parameters); block row y copies copy y byte by byte, grid-stride; every thread reads the
+//   flag first and returns when it is 0 (small buffers: BatchNorm statistics of a few hundred bytes).
 //   permute_channels: a 32x32 tile of the (C, S) matrix of one sample goes through shared memory so
 //   that both the read and the write are coalesced (the classic transpose; the row is padded by one
 //   element so that the column reads of the tile hit 32 different banks).
 // Precision: conversions round to nearest even (__float2half_rn, __float2bfloat16_rn); f64 -> f16/bf16
 // goes through f32 like the CPU path (tensor.cpp) and PyTorch. (One difference from the CPU: a NaN
 // converted to bf16 keeps its sign here, while core/bfloat16.h, as c10, gives +NaN 0x7fc0.)
+#include <algorithm>
+
 #include "core/bfloat16.h"
 #include "core/cuda/check.cuh"
 #include "core/cuda/tensor_kernels.h"
@@ -24,6 +29,21 @@ template <typename T>
 __device__ __forceinline__ void store_from_double(T* p, int64_t i, double v) {
   if constexpr (is_reduced_float_v<T>) p[i] = from_float<T>(static_cast<float>(v));
   else p[i] = static_cast<T>(v);
+}
+
+struct FlaggedCopies {
+  FlaggedCopy copy[kMaxFlaggedCopies];
+};
+static_assert(sizeof(FlaggedCopies) <= 4000, "the copies must fit in the kernel's 4 KiB of parameters");
+
+__global__ void copy_if_flag_kernel(const FlaggedCopies copies, const float* flag) {
+  if (*flag == 0.0f) return;
+  const FlaggedCopy c = copies.copy[blockIdx.y];
+  auto* dst = static_cast<uint8_t*>(c.dst);
+  const auto* src = static_cast<const uint8_t*>(c.src);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.nbytes;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
 }
 
 template <typename T>
@@ -175,6 +195,26 @@ void accumulate(void* dst, const void* src, Dtype dtype, int64_t n) {
     default: HG_FAIL("accumulate: " << dtype_name(dtype) << " is not a floating type");
   }
   HG_CUDA_LAUNCH_CHECK("backward (gradient accumulation)");
+}
+
+void copy_if_flag(const FlaggedCopy* copies, int64_t count, const float* flag) {
+  HG_CHECK(flag != nullptr && count >= 0 && (count == 0 || copies != nullptr),
+           "copy_if_flag: expected a device flag and " << count << " copies");
+  for (int64_t begin = 0; begin < count; begin += kMaxFlaggedCopies) {
+    const int64_t n = std::min<int64_t>(kMaxFlaggedCopies, count - begin);
+    FlaggedCopies batch{};
+    int64_t largest = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const FlaggedCopy& c = copies[begin + i];
+      HG_CHECK(c.nbytes >= 0 && (c.nbytes == 0 || (c.dst != nullptr && c.src != nullptr)),
+               "copy_if_flag: copy " << begin + i << " has a null buffer or a negative size");
+      batch.copy[i] = c;
+      largest = std::max(largest, c.nbytes);
+    }
+    const dim3 grid(grid_for(largest, 256, 64), static_cast<unsigned>(n));
+    copy_if_flag_kernel<<<grid, 256, 0, stream()>>>(batch, flag);
+    HG_CUDA_LAUNCH_CHECK("copy_if_flag");
+  }
 }
 
 int64_t count_nonfinite(const void* p, Dtype dtype, int64_t n) {

@@ -1,5 +1,6 @@
 // tensor_kernels.h - the few kernels core itself needs on CUDA tensors: fill, dtype conversion, the
-// NCDHW <-> NDHWC permutation, in-place accumulation (autograd's +=) and a non-finite count.
+// NCDHW <-> NDHWC permutation, in-place accumulation (autograd's +=), a non-finite count, and copies
+// made only when a device flag is set (a skipped step's restore decided on the device).
 // Plain C++ launchers over raw device pointers; each runs on cuda::stream() and checks its launch.
 #pragma once
 #include <cstdint>
@@ -20,5 +21,16 @@ void permute_channels(const void* src, void* dst, int64_t elem_bytes, int64_t N,
 void accumulate(void* dst, const void* src, Dtype dtype, int64_t n);
 /// Number of NaN or +-inf elements (waits for the result).
 int64_t count_nonfinite(const void* p, Dtype dtype, int64_t n);
+
+/// One copy of copy_if_flag: nbytes bytes from src to dst (device buffers that do not overlap).
+struct FlaggedCopy {
+  void* dst;
+  const void* src;
+  int64_t nbytes;
+};
+/// Every copy, only if *flag (a 1-element FP32 device buffer, GradScaler's found_inf) is nonzero: the
+/// host does not learn the flag, nothing waits. One launch per kMaxFlaggedCopies copies.
+constexpr int kMaxFlaggedCopies = 128;
+void copy_if_flag(const FlaggedCopy* copies, int64_t count, const float* flag);
 
 }  // namespace halfgrad::cuda

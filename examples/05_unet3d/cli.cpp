@@ -132,6 +132,10 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
       ->transform(decimal_integer(1, kMaxEvery));
   train->add_flag("--precision-report", t.precision_report,
                   "write the precision report (dtype per op, casts, loss-scale timeline; CSV and PNG) into --out");
+  train->add_flag("--cuda-graph,!--no-cuda-graph", t.cuda_graph,
+                  "with --device cuda (default on): capture the whole training step in a CUDA graph once and replay "
+                  "it (no host synchronisation inside a step; a few eager warm-up steps first). Falls back to eager "
+                  "steps, saying why, with --gpus > 1, --detect-anomaly, --precision-report or --grad-stats");
   train->add_flag("--detect-anomaly", t.detect_anomaly,
                   "anomaly mode: stop at the first op whose output or gradient is NaN/inf (debugging; with AMP the "
                   "overflows GradScaler would skip become errors)");

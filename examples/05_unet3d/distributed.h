@@ -36,8 +36,10 @@
 // World size 1 (no --gpus, or --gpus 1, and no WORLD_SIZE) uses none of this: no DDP, no
 // agreement, the single-GPU program bit for bit. HALFGRAD_FORCE_DISTRIBUTED=1 runs the distributed
 // path anyway with one rank (an NCCL group of one, DDP, the agreements, on --device cuda): the way to
-// test it on a machine with one GPU. Its checkpoint must be the same bytes as without it (one rank's
-// all-reduce is the identity and DDP divides by nothing at world size 1).
+// test it on a machine with one GPU. Its checkpoint must be the same bytes as without it with
+// --no-cuda-graph (one rank's all-reduce is the identity and DDP divides by nothing at world size 1);
+// the single-GPU default, --cuda-graph, runs capturable AdamW, whose device-side scalars may differ
+// from the eager path's in a last bit (optim/adamw.h).
 #pragma once
 #include <cstdint>
 #include <exception>

@@ -67,7 +67,7 @@ const std::vector<std::string>& resume_allowed_options() {
   static const std::vector<std::string> allowed = {"--resume",           "--epochs",       "--save-every",
                                                    "--max-minutes",      "--stop-after-epoch", "--no-progress",
                                                    "--no-memory-check",  "--workers",      "--prefetch",
-                                                   "--gpus"};
+                                                   "--gpus",             "--cuda-graph"};
   return allowed;
 }
 
@@ -81,7 +81,8 @@ void check_resume_args(const TrainArgs& a) {
                                 << " cannot be given with --resume: the run continues with the options it was "
                                    "started with; only --epochs, --save-every, --max-minutes, --stop-after-epoch, "
                                    "--no-progress, --no-memory-check, --workers and --prefetch (which change no "
-                                   "bit) and --gpus (the same global batch, on any number of GPUs) may be");
+                                   "bit), --gpus (the same global batch, on any number of GPUs) and --cuda-graph / --no-cuda-graph (how this "
+                                   "process runs the step) may be");
 }
 
 TrainArgs resumed_args(const TrainArgs& a, const nlohmann::json& train_meta) {
@@ -111,6 +112,7 @@ TrainArgs resumed_args(const TrainArgs& a, const nlohmann::json& train_meta) {
   b.workers = a.workers;    // the loader's threads change no bit (loader.h): this process's choice
   b.prefetch = a.prefetch;
   b.gpus = a.gpus;
+  b.cuda_graph = a.cuda_graph;  // how this process runs the step, not the run's state
   return b;
 }
 

@@ -5,6 +5,9 @@
 // or modules to FP32 under autocast.
 // On several GPUs (distributed.h) the model runs inside dist::DistributedDataParallel, each rank on its
 // slice of the global batch, and only rank 0 writes the run folder; with one GPU none of that exists.
+// With --device cuda on one GPU the step is captured in a CUDA graph and replayed (--cuda-graph, on by
+// default; graph_step.h): the optimizer and the scaler are then capturable, the loss is read one step
+// late, and the label check and the skipped-step count are read once an epoch.
 #include "examples/05_unet3d/train.h"
 
 #include <chrono>
@@ -34,6 +37,7 @@
 #include "examples/05_unet3d/curves.h"
 #include "examples/05_unet3d/data.h"
 #include "examples/05_unet3d/distributed.h"
+#include "examples/05_unet3d/graph_step.h"
 #include "examples/05_unet3d/loader.h"
 #include "examples/05_unet3d/memory_estimate.h"
 #include "examples/05_unet3d/metrics.h"
@@ -48,6 +52,7 @@
 #include "nn/unet3d.h"
 #include "autograd/node.h"
 #include "ops/common.h"
+#include "ops/loss/deferred_label_check.h"
 #include "ops/ops.h"
 #include "optim/adamw.h"
 
@@ -225,6 +230,18 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
   for (const std::string& prefix : a.fp32_modules)
     std::cout << "autocast: modules '" << prefix << "*' run in FP32" << std::endl;
 
+  // --cuda-graph: on with --device cuda unless something in the step needs the host (graph_step.h).
+  std::string graph_off;
+  if (where.device == Device::CUDA && a.cuda_graph) {
+    if (ctx.distributed()) graph_off = "several GPUs (the all-reduces and the ranks' agreement sit between the step's parts)";
+    else if (a.detect_anomaly) graph_off = "--detect-anomaly checks every op's output on the host";
+    else if (a.precision_report) graph_off = "--precision-report records every op and every step's outcome on the host";
+    else if (!a.grad_stats.empty()) graph_off = "--grad-stats reads the gradients on the host";
+  }
+  const bool use_graph = where.device == Device::CUDA && a.cuda_graph && graph_off.empty();
+  if (!graph_off.empty()) std::cout << "cuda graph: off: " << graph_off << "; eager steps" << std::endl;
+  adamw.capturable(use_graph);  // lr and step counts on the device
+  scaler_options.capturable(use_graph);
   optim::AdamW opt(model->parameters(), adamw);
   amp::GradScaler scaler(scaler_options);
 
@@ -304,15 +321,99 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
                        make_training_batch_slice(data, r, a.seed, step, slice.begin, slice.end, x, y);
                      },
                      global_step, r.epochs * steps_per_epoch, loader_options);
+  // --cuda-graph: the same step as the eager one below (zero_grad ... update), on the graph's static
+  // buffers, with the buffer restore and the label check decided on the device.
+  constexpr int64_t kGraphWarmupSteps = 3;
+  std::unique_ptr<GraphStep> graph_step;
+  std::optional<LaggedLoss> lagged;
+  std::optional<ops::DeferredLabelCheck> label_check;
+  if (use_graph) {
+    label_check.emplace();
+    lagged.emplace();
+    graph_step = std::make_unique<GraphStep>(
+        [&](const Tensor& xs, const Tensor& ys) {
+          opt.zero_grad();
+          if (buffers_before) buffers_before->capture();
+          Tensor loss;
+          {
+            NvtxRange nvtx_range("forward");
+            amp::AutocastGuard autocast(mp.autocast_options());
+            loss = ops::segmentation_loss((*model)(mp.cast_input(xs)).to(kFloat32), ys);
+          }
+          {
+            NvtxRange nvtx_range("backward");
+            scaler.scale(loss).backward();
+          }
+          {
+            NvtxRange nvtx_range("optimizer step");
+            scaler.step(opt);  // capturable: skipped on the device when found_inf is set
+          }
+          if (buffers_before) buffers_before->restore_if(scaler.device_found_inf(opt));
+          scaler.update();
+          return loss;
+        },
+        [&] { opt.stage_lr(); }, kGraphWarmupSteps);
+    std::cout << "cuda graph: the training step is captured after " << kGraphWarmupSteps
+              << " eager steps and replayed (--no-cuda-graph for eager steps)" << std::endl;
+  }
   const auto t0 = Clock::now();
   for (int64_t epoch = start_epoch; epoch <= r.epochs; ++epoch) {
     const auto te = Clock::now();
     double loss_sum = 0;
     int64_t skipped = 0, counted = 0, nonfinite = 0;
+    const int64_t skipped_before = use_graph ? scaler.skipped_steps() : 0;  // graph: the device counts them
     ProgressBar bar("  epoch " + std::to_string(epoch), steps_per_epoch, progress);
+    // The host's bookkeeping of step `s`'s loss `l` (lr `lr_used`): eager, before the step's backward;
+    // with --cuda-graph one step late, after the step (and the next one's queueing).
+    const auto check_loss = [&](double l, int64_t s, double lr_used) {
+      if (!std::isfinite(l)) {
+        // Without a loss scaler nothing would skip this step: the weights would turn NaN and every
+        // later checkpoint with them. With one, a non-finite loss is skipped like an overflow, but a
+        // long streak means the weights or the data are broken, not the scale.
+        HG_CHECK(scaler.is_enabled(), "halfgrad-unet3d train: the loss is " << l << " at epoch " << epoch << ", step "
+                                          << s + 1 << " (lr " << lr_used << "); stopping "
+                                          << (use_graph ? "(--cuda-graph reads the loss a step late: its update has run): "
+                                                        : "before the update: ")
+                                          << (saved_epoch > 0 ? a.out + "/model.safetensors keeps the weights of epoch " +
+                                                                    std::to_string(saved_epoch)
+                                                              : "this run wrote no checkpoint into " + a.out)
+                                          << "; lower --lr");
+        HG_CHECK(++nonfinite_streak <= kMaxNonFiniteStreak,
+                 "halfgrad-unet3d train: the loss has been non-finite for " << nonfinite_streak
+                     << " steps in a row (epoch " << epoch << ", loss scale " << scaler.get_scale()
+                     << "); stopping: lower --lr, or check the data");
+      } else {
+        nonfinite_streak = 0;
+      }
+    };
+    const auto count_loss = [&](double l, int64_t s) {
+      if (std::isfinite(l)) { loss_sum += l; ++counted; }
+      else ++nonfinite;
+      bar.update(s + 1, "loss " + fmt(l));
+    };
+    double lagged_lr = 0;  // --cuda-graph: the lr of the step whose loss is pending
     for (int64_t step = 0; step < steps_per_epoch; ++step) {
       const double lr = lr_at(r, (epoch - 1) + static_cast<double>(step) / steps_per_epoch);
       for (auto& g : opt.param_groups()) g.options().set_lr(lr);
+      if (graph_step) {
+        agreement.guard([&] {
+          Tensor x, y;
+          loader.next(x, y);
+          x = where.input(x);
+          y = where.labels(y);
+          gpu_gaps.step_start();
+          ++global_step;
+          lagged->push(graph_step->step(x, y));
+          gpu_gaps.step_end();
+          if (lagged->pending() == 2) {  // the previous step's loss: that step has run by now
+            const double l = lagged->pop();
+            check_loss(l, step - 1, lagged_lr);
+            count_loss(l, step - 1);
+          }
+          lagged_lr = lr;
+        });
+        continue;
+      }
       // Several GPUs: an error in the guarded parts is every rank's, at the agreement below.
       Tensor x, y, loss;
       agreement.guard([&] {
@@ -344,23 +445,7 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
                            ? agreement.agree({local_loss}, "epoch " + std::to_string(epoch) + ", step " +
                                                                std::to_string(step + 1))[0] / ctx.world_size
                            : local_loss;
-      if (!std::isfinite(l)) {
-        // Without a loss scaler nothing would skip this step: the weights would turn NaN and every
-        // later checkpoint with them. With one, a non-finite loss is skipped like an overflow, but a
-        // long streak means the weights or the data are broken, not the scale.
-        HG_CHECK(scaler.is_enabled(), "halfgrad-unet3d train: the loss is " << l << " at epoch " << epoch << ", step "
-                                          << step + 1 << " (lr " << lr << "); stopping before the update: "
-                                          << (saved_epoch > 0 ? a.out + "/model.safetensors keeps the weights of epoch " +
-                                                                    std::to_string(saved_epoch)
-                                                              : "this run wrote no checkpoint into " + a.out)
-                                          << "; lower --lr");
-        HG_CHECK(++nonfinite_streak <= kMaxNonFiniteStreak,
-                 "halfgrad-unet3d train: the loss has been non-finite for " << nonfinite_streak
-                     << " steps in a row (epoch " << epoch << ", loss scale " << scaler.get_scale()
-                     << "); stopping: lower --lr, or check the data");
-      } else {
-        nonfinite_streak = 0;
-      }
+      check_loss(l, step, lr);
       {
         NvtxRange nvtx_range("backward");
         scaler.scale(loss).backward();
@@ -378,9 +463,18 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
       gpu_gaps.step_end();
       precision.record_step(global_step, scale_used, !stepped, scaler.get_scale());
       if (!stepped) ++skipped;
-      if (std::isfinite(l)) { loss_sum += l; ++counted; }
-      else ++nonfinite;
-      bar.update(step + 1, "loss " + fmt(l));
+      count_loss(l, step);
+    }
+    if (graph_step) {  // the epoch's last loss, the label check and the skipped steps: read once here
+      agreement.guard([&] {
+        while (lagged->pending() > 0) {
+          const double l = lagged->pop();
+          check_loss(l, steps_per_epoch - 1, lagged_lr);
+          count_loss(l, steps_per_epoch - 1);
+        }
+        label_check->check("halfgrad-unet3d train: epoch " + std::to_string(epoch));
+        skipped = scaler.skipped_steps() - skipped_before;
+      });
     }
     bar.finish();
     gpu_gaps.skip_gap();  // validation and the checkpoint are not the loader's gap
@@ -457,6 +551,10 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
     }
   }
   std::cout << loader.stats().summary(loader_options.workers, loader_options.prefetch) << std::endl;
+  if (graph_step)
+    std::cout << "cuda graph: " << graph_step->captures() << " capture(s), " << graph_step->replays() << " replays of "
+              << graph_step->nodes() << " nodes each; the graph's memory pool holds "
+              << human_bytes(graph_step->pool_bytes()) << " beside the peak below" << std::endl;
   if (where.device == Device::CUDA) {
     const double gap_s = gpu_gaps.finish();
     std::cout << "gpu: idle " << fmt(gap_s, 3) << " s in total between steps (" << gpu_gaps.gaps() << " gaps, "

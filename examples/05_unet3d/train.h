@@ -37,6 +37,8 @@ struct TrainArgs {
   int64_t grad_stats_every = 1;   // --grad-stats-every N: collect them every N optimizer steps
   bool precision_report = false;  // --precision-report: write amp/precision_report.h's files into `out`
   bool detect_anomaly = false;    // --detect-anomaly: anomaly mode (autograd/anomaly.h) in every training step
+  bool cuda_graph = true;         // --cuda-graph / --no-cuda-graph: the step in a CUDA graph (graph_step.h) with
+                                  // --device cuda where nothing else needs the eager step; not saved with the run
   // Stopping and continuing (resume.h):
   int64_t stop_after_epoch = 0;   // --stop-after-epoch K: save and stop after epoch K (0 = run to the end)
   std::string resume;             // --resume RUN_DIR: continue that run (its options, from training_state)

@@ -21,6 +21,7 @@
 // CUDA logits (NCDHW or NDHWC) with a CUDA target take the same fused op in loss_cuda.cu, after the
 // same checks and autocast cast; it checks the labels on the device and syncs once per forward.
 #include "ops/loss/loss.h"
+#include "ops/loss/deferred_label_check.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -238,6 +239,8 @@ Tensor fused_loss(const LossSpec& spec, amp::OpKind kind, const Tensor& logits, 
     args.w_ce = spec.w_ce;
     args.w_dice = spec.w_dice;
     args.smooth = spec.smooth;
+    if (DeferredLabelCheck* d = DeferredLabelCheck::current())
+      args.deferred_bad = static_cast<unsigned long long*>(d->device_flag());
     cuda::LossCudaForward f = cuda::loss_forward(args, xx, target);
     if (f.bad_position >= 0)
       throw bad_label_error(spec, logits, target, f.bad_position, static_cast<int64_t>(target.item_at(f.bad_position)));
@@ -354,6 +357,32 @@ Tensor segmentation_loss(const Tensor& logits, const Tensor& target) {
   spec.w_ce = 1;
   spec.w_dice = 1;
   return fused_loss(spec, amp::OpKind::CrossEntropy, logits, target);
+}
+
+// ---- DeferredLabelCheck ----------------------------------------------------------------------
+
+namespace {
+thread_local DeferredLabelCheck* current_label_check = nullptr;
+}  // namespace
+
+// The flag holds all ones ("no bad label", the largest position, which atomicMin keeps until a real
+// one arrives): -1 as an Int64.
+DeferredLabelCheck::DeferredLabelCheck()
+    : flag_(Tensor::full({1}, -1.0, kInt64, Device::CUDA)), enclosing_(current_label_check) {
+  current_label_check = this;
+}
+
+DeferredLabelCheck::~DeferredLabelCheck() { current_label_check = enclosing_; }
+
+DeferredLabelCheck* DeferredLabelCheck::current() { return current_label_check; }
+
+void DeferredLabelCheck::check(const std::string& where) {
+  const auto position = static_cast<int64_t>(flag_.item());  // the host waits for the stream here
+  if (position == -1) return;
+  flag_.fill_(-1.0);
+  HG_FAIL(where << ": a target label outside [0, C) at flat index " << position
+                << " of a batch since the last check (segmentation_loss on CUDA, checked on the device and read "
+                   "back late: the batch's step is not identified); the labels must be class indices");
 }
 
 }  // namespace halfgrad::ops

@@ -18,7 +18,8 @@
 // registers, the block reduces CE then, class by class, (I_c, P_c, O_c), and writes one row of
 // partials; one block then sums the rows in block order (FP64) and computes L, a, b. The labels are
 // checked in the same pass: a bad one records its flat position with atomicMin (so the first one, as
-// the CPU op reports), and the launcher's one 8-byte copy to the host is the loss's only sync.
+// the CPU op reports), and the launcher's one 8-byte copy to the host is the loss's only sync (none
+// with LossCudaArgs::deferred_bad: the position goes into that longer-lived flag instead).
 // Backward: one thread per position, two sweeps over its C logits (q, then dx).
 // Precision: logits float or half (half loaded and computed in FP32, dx rounded once); per-thread
 // sums FP32 over <= 8 positions, everything above FP64 in a fixed order (deterministic).
@@ -231,9 +232,13 @@ LossCudaForward loss_forward(const LossCudaArgs& a, const Tensor& logits, const 
   r.lse = Tensor::empty({g.N * g.S}, kFloat32, Device::CUDA);
   r.coef = Tensor::empty({2, g.C}, kFloat32, Device::CUDA);
   Tensor part = Tensor::empty({rows * (1 + 3 * g.C)}, kFloat64, Device::CUDA);
-  Tensor bad = Tensor::empty({1}, kInt64, Device::CUDA);
-  memset_async(bad.raw_data(), 0xFF, sizeof(unsigned long long));  // kNoBadLabel
-  auto* pbad = reinterpret_cast<unsigned long long*>(bad.data<int64_t>());
+  Tensor bad;
+  unsigned long long* pbad = a.deferred_bad;
+  if (pbad == nullptr) {
+    bad = Tensor::empty({1}, kInt64, Device::CUDA);
+    memset_async(bad.raw_data(), 0xFF, sizeof(unsigned long long));  // kNoBadLabel
+    pbad = reinterpret_cast<unsigned long long*>(bad.data<int64_t>());
+  }
   dispatch(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     loss_forward_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream()>>>(
@@ -243,6 +248,7 @@ LossCudaForward loss_forward(const LossCudaArgs& a, const Tensor& logits, const 
                                                           a.smooth, dptr<T>(r.loss), r.coef.data<float>());
     HG_CUDA_LAUNCH_CHECK(a.op);
   });
+  if (a.deferred_bad != nullptr) return r;  // read later, by DeferredLabelCheck::check
   unsigned long long first_bad = kNoBadLabel;
   copy_d2h(&first_bad, pbad, sizeof(first_bad));  // the loss's one sync
   if (first_bad != kNoBadLabel) r.bad_position = static_cast<int64_t>(first_bad);

@@ -15,6 +15,9 @@ struct LossCudaArgs {
   const char* op = "segmentation_loss";
   double w_ce = 1, w_dice = 1;  // L = w_ce * CE + w_dice * Dice
   double smooth = 1e-5;
+  /// Null: the forward checks its labels and waits for the result. Else a device flag (ops::
+  /// DeferredLabelCheck's) that a bad label's position is atomicMin'ed into; nothing waits.
+  unsigned long long* deferred_bad = nullptr;
 };
 
 struct LossCudaForward {
@@ -25,7 +28,8 @@ struct LossCudaForward {
 };
 
 /// The loss, and what backward needs. Waits once, for the label check (an 8-byte copy to the host);
-/// a bad label leaves bad_position >= 0 and the caller throws.
+/// a bad label leaves bad_position >= 0 and the caller throws. With a.deferred_bad nothing waits and
+/// bad_position stays -1.
 LossCudaForward loss_forward(const LossCudaArgs& a, const Tensor& logits, const Tensor& target);
 
 /// dlogits for the incoming gradient dL (a 1-element tensor on either device: a CUDA one is read by

@@ -1,0 +1,87 @@
+// graph_pools.h - graph-private memory pools beside the eager caching allocator, in plain host C++
+// (the routing only; block_allocator.h keeps the policy). Compiled in every build and unit-tested on
+// the CPU with a fake backend (tests/core/graph_pools_test.cpp); core/cuda/runtime.cpp routes
+// cuda::allocate / cuda::release through it.
+//
+// Why (PyTorch's graph-private pools, torch.cuda.graphs / CUDACachingAllocator's MempoolId_t): a CUDA
+// graph (core/cuda/graph.h) records the device addresses its kernels read and write. Every replay
+// uses the same addresses, and between two replays the host runs eager code. If a block a captured
+// kernel uses were handed back to the eager cache, eager work would write it and the next replay would
+// read garbage (or overwrite an eager tensor). So:
+// - While a capture is active (begin_capture(pool) ... end_capture()), allocate() serves every request
+//   from that graph's own BlockAllocator, with its own segments.
+// - A block of a private pool goes back to that pool when released, whenever that is (during the
+//   capture, which lets later captured work reuse it exactly as the eager cache would, or after it,
+//   for tensors that outlived the capture: a captured backward's gradients). Eager allocate() never
+//   takes a block of a private pool.
+// - retire_pool(pool) (the graph is destroyed): the pool's segments go back to the backend once its
+//   last live block is released; not during a capture (the backend's free waits for the stream, which
+//   a capture forbids): then at end_capture().
+// Replays reuse the pool's blocks in the order the capture used them, so a graph's memory is its
+// capture's peak, reserved once.
+// One capture at a time (one stream). Not locked: the owner locks (runtime.cpp's mutex).
+// The memory limit and empty_cache apply to the eager allocator only; stats() is the eager one's,
+// pool_stats(pool) a pool's.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/cuda/block_allocator.h"
+
+namespace halfgrad::cuda {
+
+class GraphPools {
+ public:
+  using PoolId = uint64_t;  // 0 is no pool
+  /// `backend` must outlive this object; `eager_options` configure the eager allocator.
+  GraphPools(SegmentBackend& backend, BlockAllocatorOptions eager_options);
+  GraphPools(const GraphPools&) = delete;
+  GraphPools& operator=(const GraphPools&) = delete;
+
+  /// A new, empty private pool.
+  PoolId create_pool();
+  /// From now on allocate() serves from `pool` (created, not retired). Throws halfgrad::Error if a
+  /// capture is already active or the pool is unknown.
+  void begin_capture(PoolId pool, const char* op);
+  /// allocate() serves eager requests again; pools retired meanwhile and now empty are freed.
+  void end_capture();
+  /// The pool being captured into, 0 when none.
+  PoolId capturing() const { return capturing_; }
+  /// The graph of `pool` is gone: its segments are given back once no block of it is live (at once
+  /// when none is; after end_capture when a capture is active). Unknown ids throw.
+  void retire_pool(PoolId pool);
+
+  /// As BlockAllocator::allocate, from the capturing pool when a capture is active, else eager.
+  void* allocate(size_t nbytes, const char* op);
+  /// Returns the block to the allocator it came from. Errors as BlockAllocator::release.
+  void release(void* ptr, size_t nbytes, const char* op);
+  size_t block_size(const void* ptr) const;
+
+  /// The eager allocator (stats, limits, empty_cache).
+  BlockAllocator& eager() { return eager_; }
+  const BlockAllocator& eager() const { return eager_; }
+  /// Statistics of one private pool (allocated, reserved, cudaMalloc calls); unknown ids throw.
+  BlockAllocatorStats pool_stats(PoolId pool) const;
+  /// Pools not yet freed (retired ones with live blocks included).
+  size_t num_pools() const { return pools_.size(); }
+
+ private:
+  struct Pool {
+    std::unique_ptr<BlockAllocator> blocks;
+    int64_t live = 0;
+    bool retired = false;
+  };
+  /// Frees every retired pool without live blocks (never during a capture).
+  void free_retired_pools();
+
+  SegmentBackend& backend_;
+  BlockAllocator eager_;
+  std::unordered_map<PoolId, Pool> pools_;
+  std::unordered_map<const void*, PoolId> owner_;  // live blocks of private pools
+  PoolId capturing_ = 0;
+  PoolId next_id_ = 1;
+};
+
+}  // namespace halfgrad::cuda
