@@ -71,6 +71,7 @@
 
 #include "core/cuda/check.cuh"
 #include "core/cuda/runtime.h"
+#include "ops/conv/conv_bn_halo.cuh"
 #include "ops/conv/conv_igemm.cuh"
 
 namespace halfgrad::ops::conv::igemm {
@@ -125,6 +126,9 @@ struct HaloArgs {
   int d, h, w;
   bool transposed;    // dgrad: B's tap t goes to slot 26 - t (file comment)
   int tiles_x, tiles_y, tiles_z, num_tiles;
+  // BatchNorm fusion (conv_bn_halo.cuh; both null for the plain convolution):
+  const float* norm_in;  // (3, C) mean, scale, beta of the previous BN: src is loaded as relu((src - mean) * scale + beta)
+  float4* tile_stats;    // (num_tiles, N) per tile and output channel {K, sum (y - K), sum (y - K)^2, count}
 };
 
 /// Tile index -> sample and origin of its output voxels.
@@ -151,7 +155,10 @@ __device__ __forceinline__ int64_t voxel_index(const HaloArgs& a, int n, int z, 
 }
 
 // ---- the Tensor Core kernel (C = 16, 32) ------------------------------------------------------------
-template <typename T, int kC, int kN>
+// kNormIn: the halo is loaded through registers and normalised (BN + ReLU of the previous layer, the
+// prologue fusion); kStats: the epilogue also writes per-tile BN partial sums of the rounded output.
+// Both false is the plain convolution, whose code is unchanged by them (if constexpr).
+template <typename T, int kC, int kN, bool kNormIn = false, bool kStats = false>
 __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo_mma_kernel(HaloArgs a) {
   using L = HaloLayout<kC, kN>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -190,6 +197,15 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
   const int b_row = ((lane / 16) * 8 + lane % 8) * L::kWeightRow + ((lane / 8) % 2) * 8;
   const uint32_t halo_s = shared_address(halo), wts_s = shared_address(wts);  // byte addresses (.shared)
 
+  // The previous BN's per-channel (mean, scale, beta), read by the halo load (kNormIn); the first
+  // tile's __syncthreads orders these stores before any read.
+  __shared__ float norm_s[kNormIn ? 3 * kC : 1];
+  if constexpr (kNormIn)
+    for (int i = tid; i < 3 * kC; i += kThreads) norm_s[i] = a.norm_in[i];
+  // Per-thread partial sums of the tile statistics (kStats), summed in a fixed order by kN threads.
+  constexpr int kStatGroups = kThreads / kN;  // threads per output channel
+  __shared__ float stat_s[kStats ? 3 * kThreads : 1];
+
   for (int tile = blockIdx.x; tile < a.num_tiles; tile += gridDim.x) {
     int n, z0, y0, x0;
     tile_origin(a, tile, n, z0, y0, x0);
@@ -200,8 +216,25 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
       const int hz = v / (kHalo * kHalo), hy = (v / kHalo) % kHalo, hx = v % kHalo;
       const int z = z0 - 1 + hz, y = y0 - 1 + hy, x = x0 - 1 + hx;
       const bool in = inside(a, z, y, x);
-      const T* p = in ? src + voxel_index(a, n, z, y, x) * kC + c * 8 : src;  // zero-fill: a valid address, 0 bytes read
-      cp_async_16(halo + v * L::kVoxelRow + c * 8, p, in ? 16 : 0);
+      if constexpr (kNormIn) {
+        // relu((src - mean) * scale + beta), rounded once to T; outside the volume 0, the padding of the
+        // normalised tensor (not relu(beta - mean * scale)). NaN stays NaN (v < 0 is false), as relu.
+        int4 chunk = make_int4(0, 0, 0, 0);
+        if (in) {
+          chunk = *reinterpret_cast<const int4*>(src + voxel_index(a, n, z, y, x) * kC + c * 8);
+          T* e = reinterpret_cast<T*>(&chunk);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const int ch = c * 8 + k;
+            const float v = fmaf(operand_to_float(e[k]) - norm_s[ch], norm_s[kC + ch], norm_s[2 * kC + ch]);
+            e[k] = operand_from_float<T>(v < 0.f ? 0.f : v);
+          }
+        }
+        *reinterpret_cast<int4*>(halo + v * L::kVoxelRow + c * 8) = chunk;
+      } else {
+        const T* p = in ? src + voxel_index(a, n, z, y, x) * kC + c * 8 : src;  // zero-fill: a valid address, 0 bytes read
+        cp_async_16(halo + v * L::kVoxelRow + c * 8, p, in ? 16 : 0);
+      }
     }
     cp_async_commit();
     cp_async_wait<0>();
@@ -260,6 +293,37 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
                              acc[i][j][2 * h + 1] + bias[j][1]);
         }
     __syncthreads();
+
+    if constexpr (kStats) {
+      // Thread t sums channel c = t % kN over voxels t / kN, + kStatGroups, ... of the staged (rounded)
+      // tile, shifted by K = the channel's value at voxel 0 (always inside: the tile's origin is): FP32
+      // sums of at most 512 / kStatGroups values of y - K, which stay exact-ish when |mean| >> std.
+      const int c = tid % kN;
+      const float K = operand_to_float(halo[c]);
+      float s1 = 0.f, s2 = 0.f, cnt = 0.f;
+      for (int v = tid / kN; v < kTileVoxels; v += kStatGroups) {
+        const int z = z0 + v / (kTile * kTile), y = y0 + (v / kTile) % kTile, x = x0 + v % kTile;
+        if (!inside(a, z, y, x)) continue;
+        const float d = operand_to_float(halo[v * L::kStageRow + c]) - K;
+        s1 += d;
+        s2 = fmaf(d, d, s2);
+        cnt += 1.f;
+      }
+      stat_s[tid] = s1;
+      stat_s[kThreads + tid] = s2;
+      stat_s[2 * kThreads + tid] = cnt;
+      __syncthreads();
+      if (tid < kN) {  // the kStatGroups partials of channel tid, in group order: the same bits every run
+        float t1 = 0.f, t2 = 0.f, tc = 0.f;
+        for (int q = 0; q < kStatGroups; ++q) {
+          t1 += stat_s[q * kN + tid];
+          t2 += stat_s[kThreads + q * kN + tid];
+          tc += stat_s[2 * kThreads + q * kN + tid];
+        }
+        a.tile_stats[static_cast<int64_t>(tile) * kN + tid] = make_float4(K, t1, t2, tc);
+      }
+      // stat_s is next written after the next tile's MMAs, behind two __syncthreads.
+    }
 
     T* out = static_cast<T*>(a.out);
     constexpr int kOutChunks = kN / 8;
@@ -397,20 +461,27 @@ void launch_for_channels(const Gather& g, const HaloArgs& a, int N, const char* 
   }
 }
 
-}  // namespace
-
-bool halo_conv_supported(const Gather& g, const Epilogue& e) {
-  const bool cubic = g.kd == 3 && g.kh == 3 && g.kw == 3 && g.sd == 1 && g.sh == 1 && g.sw == 1 && g.dd == 1 &&
-                     g.dh == 1 && g.dw == 1 && g.pd == 1 && g.ph == 1 && g.pw == 1;
-  const bool same = g.od == g.d && g.oh == g.h && g.ow == g.w;
-  const bool channels = (g.c == 1 || g.c == 16 || g.c == 32) && (e.N == 16 || e.N == 32);
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vectors = aligned(e.out) && (g.c == 1 || aligned(g.src));  // 16-byte cp.async and stores
-  const bool nonempty = g.M >= 1;  // an empty batch goes to tc_igemm, which names the problem
-  return cubic && same && channels && vectors && nonempty && e.out_operand && !e.scatter;
+// The BatchNorm-fused variants (C = 16, 32 only: the direct kernel has no fused form yet).
+template <typename T, bool kNormIn, bool kStats>
+void launch_bn_for_channels(const Gather& g, const HaloArgs& a, int N, const char* op) {
+  if (g.c == 16) {
+    if (N == 16) launch_persistent<halo_mma_kernel<T, 16, 16, kNormIn, kStats>>(HaloLayout<16, 16>::kSmemBytes, a, op);
+    else launch_persistent<halo_mma_kernel<T, 16, 32, kNormIn, kStats>>(HaloLayout<16, 32>::kSmemBytes, a, op);
+  } else {
+    if (N == 16) launch_persistent<halo_mma_kernel<T, 32, 16, kNormIn, kStats>>(HaloLayout<32, 16>::kSmemBytes, a, op);
+    else launch_persistent<halo_mma_kernel<T, 32, 32, kNormIn, kStats>>(HaloLayout<32, 32>::kSmemBytes, a, op);
+  }
 }
 
-void tc_halo_conv(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const char* op) {
+template <typename T>
+void launch_bn(const Gather& g, const HaloArgs& a, int N, const char* op) {
+  if (a.norm_in && a.tile_stats) launch_bn_for_channels<T, true, true>(g, a, N, op);
+  else if (a.norm_in) launch_bn_for_channels<T, true, false>(g, a, N, op);
+  else if (a.tile_stats) launch_bn_for_channels<T, false, true>(g, a, N, op);
+  else launch_for_channels<T>(g, a, N, op);
+}
+
+HaloArgs halo_args(const Gather& g, const void* B, int k_pad, const Epilogue& e, const char* op) {
   HG_CHECK(halo_conv_supported(g, e),
            op << ": the halo convolution needs kernel 3, stride 1, padding 1, dilation 1 on every axis, 1, 16 or 32 "
                  "gathered channels, 16 or 32 16-bit output channels, a 16-byte aligned output and (C > 1) input; "
@@ -433,9 +504,44 @@ void tc_halo_conv(const Gather& g, TcOperand type, const void* B, int k_pad, con
   a.tiles_x = (g.w + kTile - 1) / kTile;
   a.tiles_y = (g.h + kTile - 1) / kTile;
   a.tiles_z = (g.d + kTile - 1) / kTile;
-  const int64_t tiles = int64_t{g.n} * a.tiles_z * a.tiles_y * a.tiles_x;
+  const int64_t tiles = halo_tile_count(g);
   HG_CHECK(tiles < INT32_MAX, op << ": " << tiles << " halo tiles exceed the 32-bit tile index");
   a.num_tiles = static_cast<int>(tiles);
+  return a;
+}
+
+}  // namespace
+
+int64_t halo_tile_count(const Gather& g) {
+  return int64_t{g.n} * ((g.d + kTile - 1) / kTile) * ((g.h + kTile - 1) / kTile) * ((g.w + kTile - 1) / kTile);
+}
+
+void tc_halo_conv_bn(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const float* norm_in,
+                     float* tile_stats, const char* op) {
+  HG_CHECK(g.c == 16 || g.c == 32, op << ": the BatchNorm-fused halo convolution gathers 16 or 32 channels, got C=" << g.c);
+  HG_CHECK(!g.transposed, op << ": the BatchNorm-fused halo convolution is a forward convolution (no dgrad gather)");
+  HG_CHECK(e.bias == nullptr, op << ": the BatchNorm-fused halo convolution takes no bias (BatchNorm's beta replaces it)");
+  HaloArgs a = halo_args(g, B, k_pad, e, op);
+  a.norm_in = norm_in;
+  a.tile_stats = reinterpret_cast<float4*>(tile_stats);
+  HG_CHECK(reinterpret_cast<uintptr_t>(tile_stats) % 16 == 0, op << ": the tile statistics buffer must be 16-byte aligned");
+  if (type == TcOperand::BFloat16) launch_bn<__nv_bfloat16>(g, a, e.N, op);
+  else launch_bn<__half>(g, a, e.N, op);
+}
+
+bool halo_conv_supported(const Gather& g, const Epilogue& e) {
+  const bool cubic = g.kd == 3 && g.kh == 3 && g.kw == 3 && g.sd == 1 && g.sh == 1 && g.sw == 1 && g.dd == 1 &&
+                     g.dh == 1 && g.dw == 1 && g.pd == 1 && g.ph == 1 && g.pw == 1;
+  const bool same = g.od == g.d && g.oh == g.h && g.ow == g.w;
+  const bool channels = (g.c == 1 || g.c == 16 || g.c == 32) && (e.N == 16 || e.N == 32);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vectors = aligned(e.out) && (g.c == 1 || aligned(g.src));  // 16-byte cp.async and stores
+  const bool nonempty = g.M >= 1;  // an empty batch goes to tc_igemm, which names the problem
+  return cubic && same && channels && vectors && nonempty && e.out_operand && !e.scatter;
+}
+
+void tc_halo_conv(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const char* op) {
+  const HaloArgs a = halo_args(g, B, k_pad, e, op);
   if (type == TcOperand::BFloat16) launch_for_channels<__nv_bfloat16>(g, a, e.N, op);
   else launch_for_channels<__half>(g, a, e.N, op);
 }
