@@ -35,6 +35,26 @@
 // shared memory, free once every warp has finished its MMAs), then copied out as 16-byte stores:
 // consecutive threads store consecutive 16-byte chunks of consecutive x, coalesced.
 //
+// BatchNorm fusion (conv_bn_halo.cuh, tc_halo_conv_bn; fprop, C = 16 or 32, no bias), two template
+// switches of halo_mma_kernel, each off in the plain convolution:
+//   kNormIn (prologue): src is the previous conv's raw output y'; the halo copy goes through registers
+//     (16-byte global loads instead of cp.async) and stores relu((y' - mean_c) * scale_c + beta_c),
+//     FP32 fmaf, rounded once to T (batch_norm's apply and relu, in one rounding instead of two: the
+//     unfused path rounds the BN output and relu keeps it); voxels outside the volume stay 0, the
+//     padding of the normalised tensor. (mean, scale, beta) of the C channels sit in shared memory.
+//   kStats (epilogue): after the staging tile is written, thread t sums channel t % N over the voxels
+//     t / N, + 256 / N, ... inside the volume: K = the tile's voxel-0 value of the channel (0 if not
+//     finite), s1 = sum (y - K), s2 = sum (y - K)^2 in FP32 over the rounded y; then N threads add
+//     the 256 / N partials of their channel in order and write {K, s1, s2, count} to tile_stats[tile][c].
+//     No atomics: every tile's record is written by one thread, so the bits do not depend on the grid.
+//   Cost: 3 KB more static shared memory per block (the blocks per SM above are unchanged: 16 -> 16
+//   needs 3 x 66.2 KB, 32 -> 16 2 x 112 KB of the 228 KB), 512 x N / 256 shared loads per thread and
+//   tile for the statistics (64 for N = 32, against the 27 x 5 ldmatrix.x4 of the main loop), and in the
+//   prologue a subtract, an FMA and a compare per loaded 16-bit value (each voxel is loaded about 1.95
+//   times, the halo factor). The direct kernel (C = 1) has kStats too: it stages its rounded outputs in
+//   a static [512][N] tile (16 / 32 KB) for the same write_tile_stats; it has no kNormIn (its input is
+//   the network's).
+//
 // Shared memory (bytes), rows padded to an odd number of 16-byte chunks (the bank argument below):
 //   halo    1000 voxels x (C + 8) halfs   C = 16: 48,000   C = 32: 80,000   (staging reuses it:
 //                                          512 voxels x (N + 8) halfs = 24,576 / 40,960, always smaller)
@@ -154,6 +174,47 @@ __device__ __forceinline__ int64_t voxel_index(const HaloArgs& a, int n, int z, 
   return ((static_cast<int64_t>(n) * a.d + z) * a.h + y) * a.w + x;
 }
 
+// ---- the BatchNorm statistics of a staged tile (kStats; file comment) -----------------------------
+constexpr int kStatFloats = 3 * kThreads;  // stat_s: per-thread s1, s2, count
+
+/// Writes tile_stats[tile][c] for the kN channels of the staged tile `stage` (512 voxels, kStageRow halfs
+/// apart, rounded as written), tile origin (z0, y0, x0). stat_s holds kStatFloats floats. Every thread
+/// calls it after a __syncthreads that follows the staging stores; it leaves stage untouched and its
+/// last reads of stat_s are behind the next tile's loop-start __syncthreads.
+template <typename T, int kN, int kStageRow>
+__device__ __forceinline__ void write_tile_stats(const HaloArgs& a, const T* stage, float* stat_s, int tile, int z0, int y0,
+                                                 int x0) {
+  constexpr int kStatGroups = kThreads / kN;  // threads per output channel
+  static_assert(kThreads % kN == 0, "every channel gets the same number of threads");
+  const int tid = threadIdx.x, c = tid % kN;
+  // K = the channel's value at voxel 0 (always inside: the tile's origin is), or 0 if not finite
+  // (norm_reduce.cuh's norm_shift rule: an inf among finite values then gives an inf mean, not NaN).
+  float K = operand_to_float(stage[c]);
+  if (!isfinite(K)) K = 0.f;
+  float s1 = 0.f, s2 = 0.f, cnt = 0.f;
+  for (int v = tid / kN; v < kTileVoxels; v += kStatGroups) {
+    const int z = z0 + v / (kTile * kTile), y = y0 + (v / kTile) % kTile, x = x0 + v % kTile;
+    if (!inside(a, z, y, x)) continue;
+    const float d = operand_to_float(stage[v * kStageRow + c]) - K;
+    s1 += d;
+    s2 = fmaf(d, d, s2);
+    cnt += 1.f;
+  }
+  stat_s[tid] = s1;
+  stat_s[kThreads + tid] = s2;
+  stat_s[2 * kThreads + tid] = cnt;
+  __syncthreads();
+  if (tid < kN) {  // the kStatGroups partials of channel tid, in group order: the same bits every run
+    float t1 = 0.f, t2 = 0.f, tc = 0.f;
+    for (int q = 0; q < kStatGroups; ++q) {
+      t1 += stat_s[q * kN + tid];
+      t2 += stat_s[kThreads + q * kN + tid];
+      tc += stat_s[2 * kThreads + q * kN + tid];
+    }
+    a.tile_stats[static_cast<int64_t>(tile) * kN + tid] = make_float4(K, t1, t2, tc);
+  }
+}
+
 // ---- the Tensor Core kernel (C = 16, 32) ------------------------------------------------------------
 // kNormIn: the halo is loaded through registers and normalised (BN + ReLU of the previous layer, the
 // prologue fusion); kStats: the epilogue also writes per-tile BN partial sums of the rounded output.
@@ -202,9 +263,7 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
   __shared__ float norm_s[kNormIn ? 3 * kC : 1];
   if constexpr (kNormIn)
     for (int i = tid; i < 3 * kC; i += kThreads) norm_s[i] = a.norm_in[i];
-  // Per-thread partial sums of the tile statistics (kStats), summed in a fixed order by kN threads.
-  constexpr int kStatGroups = kThreads / kN;  // threads per output channel
-  __shared__ float stat_s[kStats ? 3 * kThreads : 1];
+  __shared__ float stat_s[kStats ? kStatFloats : 1];  // write_tile_stats' partials
 
   for (int tile = blockIdx.x; tile < a.num_tiles; tile += gridDim.x) {
     int n, z0, y0, x0;
@@ -226,8 +285,8 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
 #pragma unroll
           for (int k = 0; k < 8; ++k) {
             const int ch = c * 8 + k;
-            const float v = fmaf(operand_to_float(e[k]) - norm_s[ch], norm_s[kC + ch], norm_s[2 * kC + ch]);
-            e[k] = operand_from_float<T>(v < 0.f ? 0.f : v);
+            const float val = fmaf(operand_to_float(e[k]) - norm_s[ch], norm_s[kC + ch], norm_s[2 * kC + ch]);
+            e[k] = operand_from_float<T>(val < 0.f ? 0.f : val);
           }
         }
         *reinterpret_cast<int4*>(halo + v * L::kVoxelRow + c * 8) = chunk;
@@ -294,36 +353,8 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
         }
     __syncthreads();
 
-    if constexpr (kStats) {
-      // Thread t sums channel c = t % kN over voxels t / kN, + kStatGroups, ... of the staged (rounded)
-      // tile, shifted by K = the channel's value at voxel 0 (always inside: the tile's origin is): FP32
-      // sums of at most 512 / kStatGroups values of y - K, which stay exact-ish when |mean| >> std.
-      const int c = tid % kN;
-      const float K = operand_to_float(halo[c]);
-      float s1 = 0.f, s2 = 0.f, cnt = 0.f;
-      for (int v = tid / kN; v < kTileVoxels; v += kStatGroups) {
-        const int z = z0 + v / (kTile * kTile), y = y0 + (v / kTile) % kTile, x = x0 + v % kTile;
-        if (!inside(a, z, y, x)) continue;
-        const float d = operand_to_float(halo[v * L::kStageRow + c]) - K;
-        s1 += d;
-        s2 = fmaf(d, d, s2);
-        cnt += 1.f;
-      }
-      stat_s[tid] = s1;
-      stat_s[kThreads + tid] = s2;
-      stat_s[2 * kThreads + tid] = cnt;
-      __syncthreads();
-      if (tid < kN) {  // the kStatGroups partials of channel tid, in group order: the same bits every run
-        float t1 = 0.f, t2 = 0.f, tc = 0.f;
-        for (int q = 0; q < kStatGroups; ++q) {
-          t1 += stat_s[q * kN + tid];
-          t2 += stat_s[kThreads + q * kN + tid];
-          tc += stat_s[2 * kThreads + q * kN + tid];
-        }
-        a.tile_stats[static_cast<int64_t>(tile) * kN + tid] = make_float4(K, t1, t2, tc);
-      }
-      // stat_s is next written after the next tile's MMAs, behind two __syncthreads.
-    }
+    // BN statistics of the staged tile; stat_s is next written after the next tile's MMAs.
+    if constexpr (kStats) write_tile_stats<T, kN, L::kStageRow>(a, halo, stat_s, tile, z0, y0, x0);
 
     T* out = static_cast<T*>(a.out);
     constexpr int kOutChunks = kN / 8;
@@ -356,7 +387,9 @@ constexpr int kDirectVoxels = kTileVoxels / kThreads;  // voxels per thread: z a
 static_assert(kDirectVoxels == 2, "the direct kernel's thread owns z and z + kTile / 2");
 
 // Register cap: 3 blocks per SM for N = 16 (<= 80 registers; at 64 it spilled), 2 for N = 32 (the 64 accumulators).
-template <typename T, int kN>
+// kStats: the rounded outputs are also staged in shared memory and write_tile_stats sums them (the
+// BatchNorm statistics of the first layer, conv_bn_halo.cuh); off in the plain convolution.
+template <typename T, int kN, bool kStats = false>
 __global__ void __launch_bounds__(kThreads, kN == 16 ? 3 : 2) halo_direct_kernel(HaloArgs a) {
   static_assert(kN % 8 == 0, "outputs are stored as 16-byte chunks of 8 channels");
   __shared__ float halo[kHaloVoxels];
@@ -370,6 +403,10 @@ __global__ void __launch_bounds__(kThreads, kN == 16 ? 3 : 2) halo_direct_kernel
   }
   __shared__ __align__(16) float bias[kN];
   for (int co = tid; co < kN; co += kThreads) bias[co] = a.bias ? operand_to_float(static_cast<const T*>(a.bias)[co]) : 0.f;
+  // kStats: the tile's rounded outputs [voxel][co] (16 KB for N = 16, 32 KB for 32) and the partials.
+  __shared__ __align__(16) uint16_t stage_bits[kStats ? kTileVoxels * kN : 8];  // T's bits (no constructor)
+  T* stage = reinterpret_cast<T*>(stage_bits);
+  __shared__ float stat_s[kStats ? kStatFloats : 1];
 
   const int lz = tid / (kTile * kTile), ly = (tid / kTile) % kTile, lx = tid % kTile;  // lz < kTile / 2
   for (int tile = blockIdx.x; tile < a.num_tiles; tile += gridDim.x) {
@@ -425,6 +462,23 @@ __global__ void __launch_bounds__(kThreads, kN == 16 ? 3 : 2) halo_direct_kernel
         *reinterpret_cast<int4*>(dst + co) = chunk;
       }
     }
+    if constexpr (kStats) {
+      // Stage every voxel's rounded outputs (outside ones too: write_tile_stats skips them), then sum.
+#pragma unroll
+      for (int q = 0; q < kDirectVoxels; ++q) {
+        const int v = (lz + q * (kTile / 2)) * kTile * kTile + ly * kTile + lx;  // tile voxel index
+#pragma unroll
+        for (int co = 0; co < kN; co += 8) {
+          float w8[8];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) w8[k] = acc[q][co + k] + bias[co + k];
+          *reinterpret_cast<int4*>(stage + v * kN + co) = make_int4(
+              pack_pair<T>(w8[0], w8[1]), pack_pair<T>(w8[2], w8[3]), pack_pair<T>(w8[4], w8[5]), pack_pair<T>(w8[6], w8[7]));
+        }
+      }
+      __syncthreads();
+      write_tile_stats<T, kN, kN>(a, stage, stat_s, tile, z0, y0, x0);  // stage is rewritten after two more syncs
+    }
   }
 }
 
@@ -461,9 +515,17 @@ void launch_for_channels(const Gather& g, const HaloArgs& a, int N, const char* 
   }
 }
 
-// The BatchNorm-fused variants (C = 16, 32 only: the direct kernel has no fused form yet).
+// The BatchNorm-fused variants: the Tensor Core kernel with either fusion; the direct kernel (C = 1, the
+// network's input: nothing to normalise) with statistics only.
 template <typename T, bool kNormIn, bool kStats>
 void launch_bn_for_channels(const Gather& g, const HaloArgs& a, int N, const char* op) {
+  if constexpr (kStats && !kNormIn) {
+    if (g.c == 1) {
+      if (N == 16) launch_persistent<halo_direct_kernel<T, 16, true>>(0, a, op);
+      else launch_persistent<halo_direct_kernel<T, 32, true>>(0, a, op);
+      return;
+    }
+  }
   if (g.c == 16) {
     if (N == 16) launch_persistent<halo_mma_kernel<T, 16, 16, kNormIn, kStats>>(HaloLayout<16, 16>::kSmemBytes, a, op);
     else launch_persistent<halo_mma_kernel<T, 16, 32, kNormIn, kStats>>(HaloLayout<16, 32>::kSmemBytes, a, op);
@@ -518,7 +580,9 @@ int64_t halo_tile_count(const Gather& g) {
 
 void tc_halo_conv_bn(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const float* norm_in,
                      float* tile_stats, const char* op) {
-  HG_CHECK(g.c == 16 || g.c == 32, op << ": the BatchNorm-fused halo convolution gathers 16 or 32 channels, got C=" << g.c);
+  HG_CHECK(g.c == 16 || g.c == 32 || (g.c == 1 && norm_in == nullptr),
+           op << ": the BatchNorm-fused halo convolution gathers 16 or 32 channels (or 1 without an input "
+                 "normalisation: the direct kernel has statistics only), got C=" << g.c);
   HG_CHECK(!g.transposed, op << ": the BatchNorm-fused halo convolution is a forward convolution (no dgrad gather)");
   HG_CHECK(e.bias == nullptr, op << ": the BatchNorm-fused halo convolution takes no bias (BatchNorm's beta replaces it)");
   HaloArgs a = halo_args(g, B, k_pad, e, op);

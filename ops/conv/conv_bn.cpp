@@ -38,12 +38,13 @@ bool float32_cuda_or_undefined(const Tensor& t, int64_t C) {
   return !t.defined() || (t.is_cuda() && t.dtype() == kFloat32 && t.dim() == 1 && t.size(0) == C);
 }
 
+// cin 1 only for the first stage (its input is the network's; the second stage's is normalised).
 bool stage_fusable(const ConvBnReluStage& s, int64_t cin, int64_t voxels) {
   const Tensor& w = s.conv_weight;
   if (!w.defined() || !w.is_cuda() || w.dim() != 5) return false;
   const int64_t cout = w.size(0);
   if (w.size(1) != cin || w.size(2) != 3 || w.size(3) != 3 || w.size(4) != 3) return false;
-  if ((cin != 16 && cin != 32) || (cout != 16 && cout != 32)) return false;
+  if ((cin != 1 && cin != 16 && cin != 32) || (cout != 16 && cout != 32)) return false;
   if (!float32_cuda_or_undefined(s.bn_weight, cout) || !float32_cuda_or_undefined(s.bn_bias, cout) ||
       !float32_cuda_or_undefined(s.running_mean, cout) || !float32_cuda_or_undefined(s.running_var, cout))
     return false;

@@ -35,7 +35,8 @@ struct ConvBnReluStage {
 
 /// Whether conv_bn_relu_pair runs fused for these operands: x on CUDA, 5-D, under the autocast dtype
 /// float16 or bfloat16 (the ConvBnRelu row and the Conv3d row agreeing), both convs 3x3x3 with 16 or 32
-/// input and output channels (the halo Tensor Core kernel; conv_halo_path.h's switch off), the per-
+/// output channels and 1 (first conv only), 16 or 32 input channels (the halo kernels; conv_halo_path.h's
+/// switch off), the per-
 /// channel tensors float32 on CUDA, and either training with more than one value per channel or
 /// evaluation with both running statistics defined. Host logic only.
 bool conv_bn_relu_pair_fusable(const Tensor& x, const ConvBnReluStage& first, const ConvBnReluStage& second);

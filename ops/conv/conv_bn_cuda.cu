@@ -122,7 +122,7 @@ void check_channel_vector(const Tensor& t, int64_t C, const char* what) {
 
 bool conv_bn_halo_applies(const ConvGeometry& g, Dtype dt) {
   if (!halo_conv_applies(g, dt, /*dgrad=*/false)) return false;
-  return (g.cin == 16 || g.cin == 32) && (g.cout == 16 || g.cout == 32);
+  return (g.cin == 1 || g.cin == 16 || g.cin == 32) && (g.cout == 16 || g.cout == 32);
 }
 
 ConvBnCudaForward cuda_conv3d_bn_fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& in_coef,
@@ -139,6 +139,8 @@ ConvBnCudaForward cuda_conv3d_bn_fprop(const ConvGeometry& g, const Tensor& x, c
            kOp << ": input " << shape_str(x.shape()) << " " << dtype_name(x.dtype()) << " and weight " << shape_str(w.shape())
                << " must be CUDA tensors of " << shape_str(want_x) << " (channels-last) and " << shape_str(want_w) << ", both "
                << dtype_name(dt));
+  HG_CHECK(!in_coef.defined() || g.cin != 1,
+           kOp << ": a 1-channel input is the network's: the fused stage normalises only 16 or 32 input channels");
   HG_CHECK(!in_coef.defined() || (in_coef.is_cuda() && in_coef.dtype() == kFloat32 && in_coef.shape() == Shape({3, g.cin})),
            kOp << ": the input's normalisation must be (3, " << g.cin << ") float32 on CUDA, got "
                << shape_str(in_coef.shape()));

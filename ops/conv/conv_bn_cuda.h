@@ -27,7 +27,8 @@ struct ConvBnCudaForward {
 };
 
 /// Whether cuda_conv3d_bn_fprop serves geometry g in dtype dt: float16 / bfloat16, kernel 3, stride 1,
-/// padding 1, dilation 1, Cin 16 or 32, Cout 16 or 32 (the halo Tensor Core kernel). Pure host logic.
+/// padding 1, dilation 1, Cin 1 (the direct kernel; then without an input normalisation), 16 or 32 (the
+/// Tensor Core kernel), Cout 16 or 32; false under conv_halo_path.h's ForceImplicitGemm. Pure host logic.
 bool conv_bn_halo_applies(const ConvGeometry& g, Dtype dt);
 
 /// y = conv3d(src', w) with src' = relu((x - mean) * scale + beta) for in_coef (3, Cin) defined (the

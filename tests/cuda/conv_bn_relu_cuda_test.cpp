@@ -136,7 +136,8 @@ void compare(const PairResult& got, const PairResult& ref, double tol, double st
 }
 
 const PairCase kLevel0Cases[] = {
-    {2, 16, 16, 16, 9, 10, 11},  // the encoder's second conv pair shape: 16 -> 16 -> 16
+    {2, 1, 16, 16, 9, 10, 11},   // the encoder's level-0 block: 1 -> 16 (direct kernel with statistics) -> 16
+    {2, 16, 16, 16, 9, 10, 11},  // 16 -> 16 -> 16
     {2, 32, 16, 16, 9, 10, 11},  // the decoder's level-0 block: cat(up, skip) 32 -> 16 -> 16
     {2, 16, 32, 32, 9, 10, 11},  // the encoder's level-1 block: 16 -> 32 -> 32
     {1, 16, 16, 16, 3, 5, 4},    // a volume smaller than one 8^3 tile
