@@ -139,6 +139,9 @@ bool conv_bn_relu_pair_fusable(const Tensor& x, const ConvBnReluStage& first, co
   if (dt != kFloat16 && dt != kBFloat16) return false;
   // conv3d would run each conv in the same dtype, and on the halo kernel (not forced off by a test)
   if (amp::autocast_dtype(amp::OpKind::Conv3d, {x.dtype(), first.conv_weight.dtype()}) != dt) return false;
+  // and batch_norm and relu would keep it (not moved to the FP32 list by amp::set_op_fp32)
+  if (amp::autocast_dtype(amp::OpKind::BatchNorm, {dt}) != dt || amp::autocast_dtype(amp::OpKind::Relu, {dt}) != dt)
+    return false;
   return conv::conv_bn_halo_applies(stage_geometry(x, x.size(1), first.conv_weight), dt);
 #else
   (void)x, (void)first, (void)second;

@@ -34,7 +34,7 @@ struct ConvBnReluStage {
 };
 
 /// Whether conv_bn_relu_pair runs fused for these operands: x on CUDA, 5-D, under the autocast dtype
-/// float16 or bfloat16 (the ConvBnRelu row and the Conv3d row agreeing), both convs 3x3x3 with 16 or 32
+/// float16 or bfloat16 (the ConvBnRelu, Conv3d, BatchNorm and Relu rows agreeing), both convs 3x3x3 with 16 or 32
 /// output channels and 1 (first conv only), 16 or 32 input channels (the halo kernels; conv_halo_path.h's
 /// switch off), the per-
 /// channel tensors float32 on CUDA, and either training with more than one value per channel or
