@@ -149,6 +149,11 @@ struct HaloArgs {
   // BatchNorm fusion (conv_bn_halo.cuh; both null for the plain convolution):
   const float* norm_in;  // (3, C) mean, scale, beta of the previous BN: src is loaded as relu((src - mean) * scale + beta)
   float4* tile_stats;    // (num_tiles, N) per tile and output channel {K, sum (y - K), sum (y - K)^2, count}
+  // kReluGrad (dgrad only): the output is da = dL/d(relu(BN(h))) of the layer whose raw output h is
+  // relu_src (n, d, h, w, N), T; norm_out (3, N) its BN's (mean, scale, beta). The kernel writes
+  // dz = relu'(a) da instead and tile_stats {sum dz, sum dz (h - mean), 0, count}.
+  const float* norm_out;
+  const void* relu_src;
 };
 
 /// Tile index -> sample and origin of its output voxels.
@@ -215,11 +220,53 @@ __device__ __forceinline__ void write_tile_stats(const HaloArgs& a, const T* sta
   }
 }
 
+/// kReluGrad's epilogue on the staged tile of da (file comment): per inside voxel and channel c, with h
+/// from relu_src and (mean, scale, beta) = norm_out_s[c, N + c, 2N + c]: a = relu((h - mean) * scale +
+/// beta) rounded to T exactly as the forward's prologue, dz = a > 0 or NaN ? da : 0 (relu's backward),
+/// stored back into the stage (the copy-out then writes dz), and FP32 sums of dz and dz (h - mean)
+/// written to tile_stats[tile][c] = {s1, s2, 0, count} in the fixed order of write_tile_stats.
+template <typename T, int kN, int kStageRow>
+__device__ __forceinline__ void relu_bn_grad_tile(const HaloArgs& a, T* stage, float* stat_s, const float* norm_out_s,
+                                                  int tile, int n, int z0, int y0, int x0) {
+  constexpr int kStatGroups = kThreads / kN;
+  const int tid = threadIdx.x, c = tid % kN;
+  const T* h_src = static_cast<const T*>(a.relu_src);
+  const float mean = norm_out_s[c], scale = norm_out_s[kN + c], beta = norm_out_s[2 * kN + c];
+  float s1 = 0.f, s2 = 0.f, cnt = 0.f;
+  for (int v = tid / kN; v < kTileVoxels; v += kStatGroups) {
+    const int z = z0 + v / (kTile * kTile), y = y0 + (v / kTile) % kTile, x = x0 + v % kTile;
+    if (!inside(a, z, y, x)) continue;
+    const float h = operand_to_float(h_src[voxel_index(a, n, z, y, x) * kN + c]);
+    const float pre = fmaf(h - mean, scale, beta);
+    const float act = operand_to_float(operand_from_float<T>(pre < 0.f ? 0.f : pre));
+    T& slot = stage[v * kStageRow + c];
+    const float dz = act <= 0.f ? 0.f : operand_to_float(slot);  // threshold_backward: NaN passes da
+    slot = operand_from_float<T>(dz);  // exact: dz is da or 0
+    s1 += dz;
+    s2 = fmaf(dz, h - mean, s2);
+    cnt += 1.f;
+  }
+  stat_s[tid] = s1;
+  stat_s[kThreads + tid] = s2;
+  stat_s[2 * kThreads + tid] = cnt;
+  __syncthreads();  // also orders the dz stores before the copy-out
+  if (tid < kN) {
+    float t1 = 0.f, t2 = 0.f, tc = 0.f;
+    for (int q = 0; q < kStatGroups; ++q) {
+      t1 += stat_s[q * kN + tid];
+      t2 += stat_s[kThreads + q * kN + tid];
+      tc += stat_s[2 * kThreads + q * kN + tid];
+    }
+    a.tile_stats[static_cast<int64_t>(tile) * kN + tid] = make_float4(t1, t2, 0.f, tc);
+  }
+}
+
 // ---- the Tensor Core kernel (C = 16, 32) ------------------------------------------------------------
 // kNormIn: the halo is loaded through registers and normalised (BN + ReLU of the previous layer, the
 // prologue fusion); kStats: the epilogue also writes per-tile BN partial sums of the rounded output.
 // Both false is the plain convolution, whose code is unchanged by them (if constexpr).
-template <typename T, int kC, int kN, bool kNormIn = false, bool kStats = false>
+// kReluGrad: the dgrad epilogue of relu_bn_grad_tile (the backward fusion; never with kStats).
+template <typename T, int kC, int kN, bool kNormIn = false, bool kStats = false, bool kReluGrad = false>
 __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo_mma_kernel(HaloArgs a) {
   using L = HaloLayout<kC, kN>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -263,7 +310,11 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
   __shared__ float norm_s[kNormIn ? 3 * kC : 1];
   if constexpr (kNormIn)
     for (int i = tid; i < 3 * kC; i += kThreads) norm_s[i] = a.norm_in[i];
-  __shared__ float stat_s[kStats ? kStatFloats : 1];  // write_tile_stats' partials
+  __shared__ float stat_s[kStats || kReluGrad ? kStatFloats : 1];  // write_tile_stats' partials
+  static_assert(!(kStats && kReluGrad), "one epilogue reduction per kernel");
+  __shared__ float norm_out_s[kReluGrad ? 3 * kN : 1];  // (mean, scale, beta) of the output channels
+  if constexpr (kReluGrad)
+    for (int i = tid; i < 3 * kN; i += kThreads) norm_out_s[i] = a.norm_out[i];
 
   for (int tile = blockIdx.x; tile < a.num_tiles; tile += gridDim.x) {
     int n, z0, y0, x0;
@@ -355,6 +406,7 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
 
     // BN statistics of the staged tile; stat_s is next written after the next tile's MMAs.
     if constexpr (kStats) write_tile_stats<T, kN, L::kStageRow>(a, halo, stat_s, tile, z0, y0, x0);
+    if constexpr (kReluGrad) relu_bn_grad_tile<T, kN, L::kStageRow>(a, halo, stat_s, norm_out_s, tile, n, z0, y0, x0);
 
     T* out = static_cast<T*>(a.out);
     constexpr int kOutChunks = kN / 8;
@@ -543,6 +595,17 @@ void launch_bn(const Gather& g, const HaloArgs& a, int N, const char* op) {
   else launch_for_channels<T>(g, a, N, op);
 }
 
+template <typename T>
+void launch_relu_grad(const Gather& g, const HaloArgs& a, int N, const char* op) {
+  if (g.c == 16) {
+    if (N == 16) launch_persistent<halo_mma_kernel<T, 16, 16, false, false, true>>(HaloLayout<16, 16>::kSmemBytes, a, op);
+    else launch_persistent<halo_mma_kernel<T, 16, 32, false, false, true>>(HaloLayout<16, 32>::kSmemBytes, a, op);
+  } else {
+    if (N == 16) launch_persistent<halo_mma_kernel<T, 32, 16, false, false, true>>(HaloLayout<32, 16>::kSmemBytes, a, op);
+    else launch_persistent<halo_mma_kernel<T, 32, 32, false, false, true>>(HaloLayout<32, 32>::kSmemBytes, a, op);
+  }
+}
+
 HaloArgs halo_args(const Gather& g, const void* B, int k_pad, const Epilogue& e, const char* op) {
   HG_CHECK(halo_conv_supported(g, e),
            op << ": the halo convolution needs kernel 3, stride 1, padding 1, dilation 1 on every axis, 1, 16 or 32 "
@@ -591,6 +654,23 @@ void tc_halo_conv_bn(const Gather& g, TcOperand type, const void* B, int k_pad, 
   HG_CHECK(reinterpret_cast<uintptr_t>(tile_stats) % 16 == 0, op << ": the tile statistics buffer must be 16-byte aligned");
   if (type == TcOperand::BFloat16) launch_bn<__nv_bfloat16>(g, a, e.N, op);
   else launch_bn<__half>(g, a, e.N, op);
+}
+
+void tc_halo_dgrad_relu_bn(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e,
+                           const float* norm_out, const void* relu_src, float* tile_stats, const char* op) {
+  HG_CHECK(g.transposed && (g.c == 16 || g.c == 32),
+           op << ": the ReLU/BatchNorm-gradient halo dgrad gathers 16 or 32 channels of dy (a transposed gather), got C="
+              << g.c << (g.transposed ? "" : ", forward gather"));
+  HG_CHECK(e.bias == nullptr && norm_out && relu_src && tile_stats,
+           op << ": the ReLU/BatchNorm-gradient halo dgrad needs no bias, the forward's normalisation, its raw output "
+                 "and a statistics buffer");
+  HG_CHECK(reinterpret_cast<uintptr_t>(tile_stats) % 16 == 0, op << ": the tile statistics buffer must be 16-byte aligned");
+  HaloArgs a = halo_args(g, B, k_pad, e, op);
+  a.norm_out = norm_out;
+  a.relu_src = relu_src;
+  a.tile_stats = reinterpret_cast<float4*>(tile_stats);
+  if (type == TcOperand::BFloat16) launch_relu_grad<__nv_bfloat16>(g, a, e.N, op);
+  else launch_relu_grad<__half>(g, a, e.N, op);
 }
 
 bool halo_conv_supported(const Gather& g, const Epilogue& e) {

@@ -1,10 +1,10 @@
 // conv_bn.cpp - conv_bn_relu_pair (ops/conv/conv_bn.h): the checks, the autocast casts, the fused CUDA
 // forward (conv_bn_cuda.h) and its backward, which chains the unfused CUDA kernels in reverse:
-//   dz2 = relu'(y) dy                       (from the saved output y)
-//   dh2, dgamma2, dbeta2 = batch_norm backward(h2, saved stats 2, dz2)
-//   a1 = relu((h1 - mean1) * scale1 + beta1) recomputed (the forward never wrote it)
-//   dw2 = wgrad(a1, dh2), da1 = dgrad(dh2, w2)
-//   dz1 = relu'(a1) da1;  dh1, dgamma1, dbeta1 = batch_norm backward(h1, saved stats 1, dz1)
+//   dz2 = relu'(y) dy                       (from the saved output y; the unfused relu kernel)
+//   dh2, dgamma2, dbeta2 = batch_norm backward(h2, saved stats 2, dz2)   (the unfused BN kernels)
+//   a1 = relu((h1 - mean1) * scale1 + beta1) recomputed (the forward never wrote it), for dw2 = wgrad(a1, dh2)
+//   dz1 = relu'(a1) dgrad(dh2, w2) and BN 1's sums of dz1, dz1 (h1 - mean1) in one halo dgrad
+//     (cuda_conv3d_dgrad_bn_relu_backward: da1 is never written); dh1, dgamma1, dbeta1 from those sums
 //   dw1 = wgrad(x, dh1),  dx = dgrad(dh1, w1)
 // The gradients of x, w1 and w2 come back in the autocast dtype and reach FP32 leaves through the
 // differentiable casts (autocast_cast), as conv3d's; gamma / beta gradients are FP32.
@@ -107,14 +107,13 @@ std::vector<Tensor> conv_bn_relu_pair_backward(const ConvBnReluPairSaved& s, con
   const Tensor g = (gy.dtype() == s.dt ? gy : gy.cast_copy(s.dt)).format_copy(MemoryFormat::ChannelsLast3d);
   const Tensor dz2 = cuda::leaky_relu_backward(kOp, g, s.y, 0.0);
   const cuda::NormCudaGrads n2 = cuda::norm_backward(s.bn2, s.h2, s.gamma2, s.saved2, dz2, true, s.need_g2, s.need_b2);
-  const Tensor a1 = conv::cuda_bn_relu_apply(s.h1, s.coef1);
-  Tensor dw2 = s.need_w2 ? conv::cuda_conv3d_wgrad(s.g2, a1, n2.dx, s.w2_format) : Tensor();
-  const Tensor da1 = conv::cuda_conv3d_dgrad(s.g2, n2.dx, s.w2, MemoryFormat::ChannelsLast3d);
-  const Tensor dz1 = cuda::leaky_relu_backward(kOp, da1, a1, 0.0);
-  const bool need_h1 = s.need_x || s.need_w1;
-  const cuda::NormCudaGrads n1 = cuda::norm_backward(s.bn1, s.h1, s.gamma1, s.saved1, dz1, need_h1, s.need_g1, s.need_b1);
-  Tensor dw1 = s.need_w1 ? conv::cuda_conv3d_wgrad(s.g1, s.x, n1.dx, s.w1_format) : Tensor();
-  Tensor dx = s.need_x ? conv::cuda_conv3d_dgrad(s.g1, n1.dx, s.w1, s.x_format) : Tensor();
+  Tensor dw2 = s.need_w2 ? conv::cuda_conv3d_wgrad(s.g2, conv::cuda_bn_relu_apply(s.h1, s.coef1), n2.dx, s.w2_format)
+                         : Tensor();  // a1 recomputed for wgrad only, and freed after it
+  // conv 2's dgrad with relu 1's mask and BN 1's reductions in its epilogue (da1 is never written)
+  const conv::BnReluGradCuda n1 = conv::cuda_conv3d_dgrad_bn_relu_backward(
+      s.g2, n2.dx, s.w2, s.h1, s.coef1, s.saved1, s.gamma1, s.bn1.batch_stats, s.need_g1, s.need_b1);
+  Tensor dw1 = s.need_w1 ? conv::cuda_conv3d_wgrad(s.g1, s.x, n1.dh, s.w1_format) : Tensor();
+  Tensor dx = s.need_x ? conv::cuda_conv3d_dgrad(s.g1, n1.dh, s.w1, s.x_format) : Tensor();
   return {dx,  dw1, param_grad(n1.dweight, s.need_g1, s.g1_dtype), param_grad(n1.dbias, s.need_b1, s.b1_dtype),
           dw2, param_grad(n2.dweight, s.need_g2, s.g2_dtype),      param_grad(n2.dbias, s.need_b2, s.b2_dtype)};
 }

@@ -17,6 +17,12 @@
 //   evaluation: mean, var = running_mean, running_var
 //   coef = (mean, scale = weight * invstd, beta = bias); the normalised activation is
 //     a = relu((y - mean) * scale + beta)   (fmaf in FP32, rounded once: the fused prologue's formula)
+// Backward (cuda_conv3d_dgrad_bn_relu_backward), for stage 1 (a = relu(BN(h)) feeding conv 2):
+//   the halo dgrad of conv 2 computes da and, in its epilogue, dz = relu'(a) da (a recomputed from h
+//   with the forward's rounding) and per tile sum dz, sum dz (h - mean) (tc_halo_dgrad_relu_bn);
+//   finalize (FP64, fixed order) S1, S2 per channel: dbias = S1, dweight = invstd S2,
+//   dh = A dz + B (h - mean) + C0, A = w invstd, B = -invstd^3 w S2 / M, C0 = -invstd w S1 / M
+//   (training; evaluation: B = C0 = 0), the formulas of norm_cuda.cu's backward.
 // Layouts: y, a (N, C, D, H, W) with channels-last storage; tile_stats (tiles, C) float4; saved (2, C),
 // coef (3, C) float32.
 // Parallel mapping: finalize is one block of 256 threads per channel, thread i taking tiles i, i + 256,
@@ -103,6 +109,53 @@ __global__ void bn_relu_apply_kernel(const T* __restrict__ y, const float* __res
   }
 }
 
+// Backward of stage 1's BN from the dgrad's tile sums: stats (tiles, C) {sum dz, sum dz (h - mean), 0, n}
+// -> dweight = invstd S2, dbias = S1 (either may be null) and bcoef (4, C) = (mean, A, B, C0) of
+// dh = A dz + B (h - mean) + C0: A = w invstd, B = -invstd^3 w S2 / M, C0 = -invstd w S1 / M in
+// training, B = C0 = 0 in evaluation (norm_cuda.cu's finalize_backward_kernel, the same formulas).
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_finalize_kernel(const float4* __restrict__ stats, int64_t tiles, int C, double M,
+                                const float* __restrict__ w, const float* __restrict__ saved, bool batch_stats,
+                                float* __restrict__ bcoef, float* __restrict__ dweight, float* __restrict__ dbias) {
+  const int c = blockIdx.x;
+  double s1 = 0, s2 = 0;
+  for (int64_t t = threadIdx.x; t < tiles; t += kThreads) {
+    const float4 p = stats[t * C + c];
+    s1 += p.x;
+    s2 += p.y;
+  }
+  block_sum2(s1, s2);
+  if (threadIdx.x != 0) return;
+  const double mean = saved[c], invstd = saved[C + c], wc = w ? w[c] : 1.0;
+  if (dweight) dweight[c] = static_cast<float>(invstd * s2);
+  if (dbias) dbias[c] = static_cast<float>(s1);
+  bcoef[c] = static_cast<float>(mean);
+  bcoef[C + c] = static_cast<float>(wc * invstd);
+  bcoef[2 * C + c] = batch_stats ? static_cast<float>(-invstd * invstd * invstd * wc * s2 / M) : 0.f;
+  bcoef[3 * C + c] = batch_stats ? static_cast<float>(-invstd * wc * s1 / M) : 0.f;
+}
+
+// dh = A dz + B (h - mean) + C0 per channel (bcoef (4, C)), channels-last, 16-byte chunks.
+template <typename T>
+__global__ void bn_backward_apply_kernel(const T* __restrict__ dz, const T* __restrict__ h, const float* __restrict__ bcoef,
+                                         int C, int64_t chunks, T* __restrict__ dh) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < chunks; i += int64_t(gridDim.x) * blockDim.x) {
+    int4 g = reinterpret_cast<const int4*>(dz)[i];
+    const int4 x = reinterpret_cast<const int4*>(h)[i];
+    T* ge = reinterpret_cast<T*>(&g);
+    const T* xe = reinterpret_cast<const T*>(&x);
+    const int c0 = static_cast<int>((i * 8) % C);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int ch = c0 + k;
+      const float v = bcoef[C + ch] * cuda::to_float(ge[k]) + bcoef[2 * C + ch] * (cuda::to_float(xe[k]) - bcoef[ch]) +
+                      bcoef[3 * C + ch];
+      ge[k] = cuda::from_float<T>(v);
+    }
+    reinterpret_cast<int4*>(dh)[i] = g;
+  }
+}
+
 int as_int(int64_t v, const char* what) {
   HG_CHECK(v >= 0 && v < INT_MAX, kOp << ": " << what << " = " << v << " exceeds the 32-bit index range of the CUDA kernels");
   return static_cast<int>(v);
@@ -182,6 +235,60 @@ ConvBnCudaForward cuda_conv3d_bn_fprop(const ConvGeometry& g, const Tensor& x, c
     if (bn.running_mean.defined()) Tensor(bn.running_mean).bump_version();
     if (bn.running_var.defined()) Tensor(bn.running_var).bump_version();
   }
+  return r;
+}
+
+BnReluGradCuda cuda_conv3d_dgrad_bn_relu_backward(const ConvGeometry& g, const Tensor& dy, const Tensor& w, const Tensor& h,
+                                                 const Tensor& coef, const Tensor& saved, const Tensor& gamma,
+                                                 bool batch_stats, bool need_w, bool need_b) {
+  const Dtype dt = w.dtype();
+  HG_CHECK(conv_bn_halo_applies(g, dt) && g.cin != 1,
+           kOp << ": the fused backward needs the halo dgrad: float16/bfloat16, 3x3x3 stride 1 padding 1, 16 or 32 "
+                  "channels in and out; got "
+               << dtype_name(dt) << ", Cin " << g.cin << ", Cout " << g.cout);
+  const Shape want_dy{g.n, g.cout, g.d, g.h, g.w}, want_h{g.n, g.cin, g.d, g.h, g.w};
+  HG_CHECK(dy.is_cuda() && dy.shape() == want_dy && h.is_cuda() && h.dtype() == dt && h.shape() == want_h &&
+               h.memory_format() == MemoryFormat::ChannelsLast3d,
+           kOp << " backward: output gradient " << shape_str(dy.shape()) << " and the stage's raw output "
+               << shape_str(h.shape()) << " must be CUDA tensors of " << shape_str(want_dy) << " and " << shape_str(want_h)
+               << " (channels-last, " << dtype_name(dt) << ")");
+  const int64_t C = g.cin;
+  HG_CHECK(coef.is_cuda() && coef.shape() == Shape({3, C}) && saved.is_cuda() && saved.shape() == Shape({2, C}),
+           kOp << " backward: needs the forward's coef (3, " << C << ") and saved (2, " << C << ")");
+  check_channel_vector(gamma, C, "BatchNorm weight");
+  const Tensor dys = (dy.dtype() == dt ? dy : dy.cast_copy(dt)).format_copy(MemoryFormat::ChannelsLast3d);
+  igemm::TcOperand type = igemm::TcOperand::Half;
+  tensor_core_operand(dt, &type);
+  const igemm::Gather ga = make_gather(dys, g, /*transposed=*/true, kOp);
+  const Tensor B = pack_weights(w, PackOrder::Dgrad, kOp);
+  const Tensor dz = Tensor::empty(want_h, dt, Device::CUDA, MemoryFormat::ChannelsLast3d);
+  igemm::Epilogue e;
+  e.out = dz.raw_data();
+  e.out_operand = true;
+  e.N = as_int(C, "input channels");
+  const int64_t tiles = igemm::halo_tile_count(ga);
+  const Tensor stats = Tensor::empty({tiles, C, 4}, kFloat32, Device::CUDA);
+  igemm::tc_halo_dgrad_relu_bn(ga, type, B.raw_data(), as_int(B.size(1), "packed weight columns"), e, coef.data<float>(),
+                               h.raw_data(), stats.data<float>(), kOp);
+  BnReluGradCuda r;
+  if (need_w) r.dweight = Tensor::empty({C}, kFloat32, Device::CUDA);
+  if (need_b) r.dbias = Tensor::empty({C}, kFloat32, Device::CUDA);
+  const Tensor bcoef = Tensor::empty({4, C}, kFloat32, Device::CUDA);
+  bn_backward_finalize_kernel<<<static_cast<unsigned>(C), kThreads, 0, cuda::stream()>>>(
+      reinterpret_cast<const float4*>(stats.data<float>()), tiles, static_cast<int>(C),
+      static_cast<double>(g.n * g.d * g.h * g.w), fptr(gamma), saved.data<float>(), batch_stats, bcoef.data<float>(),
+      fptr_mut(r.dweight), fptr_mut(r.dbias));
+  HG_CUDA_LAUNCH_CHECK(kOp);
+  r.dh = Tensor::empty(want_h, dt, Device::CUDA, MemoryFormat::ChannelsLast3d);
+  const int64_t chunks = dz.numel() / 8;
+  cuda::dispatch_float(kOp, "gradients", dt, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>) {
+      bn_backward_apply_kernel<T><<<cuda::grid_for(chunks), 256, 0, cuda::stream()>>>(
+          cuda::dev<T>(dz), cuda::dev<T>(h), bcoef.data<float>(), static_cast<int>(C), chunks, cuda::dev<T>(r.dh));
+    }
+  });
+  HG_CUDA_LAUNCH_CHECK(kOp);
   return r;
 }
 

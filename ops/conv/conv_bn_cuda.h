@@ -40,6 +40,20 @@ bool conv_bn_halo_applies(const ConvGeometry& g, Dtype dt);
 ConvBnCudaForward cuda_conv3d_bn_fprop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& in_coef,
                                        const BnCudaState& bn);
 
+struct BnReluGradCuda {
+  Tensor dh;       // (N, C, D, H, W) channels-last, the 16-bit dtype: dL/dh of the stage's raw conv output
+  Tensor dweight;  // [C] float32 dL/dgamma (undefined unless asked)
+  Tensor dbias;    // [C] float32 dL/dbeta (undefined unless asked)
+};
+
+/// The backward through conv g's input a = relu(BN(h)), fused (conv_bn_cuda.cu): from dy (N, Cout, ...)
+/// of conv g (weight w), the forward's raw h (N, Cin, ...) channels-last, coef (3, Cin) and saved (2, Cin)
+/// (ConvBnCudaForward's) and gamma (float32 [Cin] or undefined). dL/da is never written: the halo dgrad's
+/// epilogue applies relu's mask and sums BN's two reductions. Needs conv_bn_halo_applies(g) and Cin 16/32.
+BnReluGradCuda cuda_conv3d_dgrad_bn_relu_backward(const ConvGeometry& g, const Tensor& dy, const Tensor& w, const Tensor& h,
+                                                 const Tensor& coef, const Tensor& saved, const Tensor& gamma,
+                                                 bool batch_stats, bool need_w, bool need_b);
+
 /// relu((y - mean) * scale + beta) per channel, coef (3, C) as ConvBnCudaForward's; y channels-last
 /// 16-bit, the result the same (the same FP32 formula, rounded once, as the fused prologue).
 Tensor cuda_bn_relu_apply(const Tensor& y, const Tensor& coef);

@@ -25,4 +25,13 @@ int64_t halo_tile_count(const Gather& g);
 void tc_halo_conv_bn(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const float* norm_in,
                      float* tile_stats, const char* op);
 
+/// The backward fusion: tc_halo_conv's dgrad (g transposed, C = 16 or 32 channels of dy, N = 16 or 32)
+/// computing da = dL/da of a = relu((h - mean) * scale + beta) (norm_out (3, N): mean, scale, beta;
+/// relu_src = h (n, d, h, w, N) in the 16-bit type), writing dz = relu'(a) da to e.out instead, and per
+/// tile and channel tile_stats[t][c] = {sum dz, sum dz (h - mean), 0, count} (FP32 within a tile, a
+/// fixed order; conv_bn_cuda.cu sums tiles in FP64): BatchNorm backward's two reductions. a is recomputed
+/// with the forward prologue's rounding, so relu's mask is the forward's. Throws halfgrad::Error naming op.
+void tc_halo_dgrad_relu_bn(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e,
+                           const float* norm_out, const void* relu_src, float* tile_stats, const char* op);
+
 }  // namespace halfgrad::ops::conv::igemm

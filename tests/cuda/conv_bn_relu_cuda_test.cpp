@@ -277,7 +277,9 @@ CUDA_TEST_CASE("nn::ConvBnReluPair cuda f16 NDHWC training: fused forward matche
     REQUIRE_FALSE(plain.fused_for(x));
     yp = plain(x);
   }
-  check_rel(yf, yp, 3e-3, "ConvBnReluPair fused vs Sequential");
+  // Two convs on different kernels (halo vs implicit GEMM: another summation order each) and two BNs:
+  // twice the single conv's 3e-3.
+  check_rel(yf, yp, 6e-3, "ConvBnReluPair fused vs Sequential");
   const auto bf = fused.named_buffers(), bp = plain.named_buffers();
   for (size_t i = 0; i < bf.size(); ++i) {
     if (bf[i].second.dtype() == kInt64) CHECK(bf[i].second.to_double_vector() == bp[i].second.to_double_vector());
