@@ -12,8 +12,9 @@
 //
 // How it is fused (CUDA, conv_bn_cuda.h): conv 1 runs the halo kernel with BN 1's statistics in its
 // epilogue; conv 2 loads h1 and applies relu(BN 1) while it fills its halo tile (a1 is never written),
-// with BN 2's statistics in its epilogue; one elementwise pass writes y. Backward recomputes a1 from h1
-// and calls the unfused kernels (relu, batch_norm, conv3d dgrad / wgrad backward), in that order.
+// with BN 2's statistics in its epilogue; one elementwise pass writes y. Backward: relu 2 and BN 2 on the
+// unfused kernels; conv 2's dgrad applies relu 1's mask and sums BN 1's two reductions in its epilogue
+// (the gradient of a1 is never written); a1 is recomputed from h1 for conv 2's weight gradient only.
 // Precision: as the unfused chain under autocast: 16-bit activations, FP32 accumulation and statistics
 // (FP64 across tiles), FP32 affine and running buffers; results agree with it to FP16 rounding, not bit
 // for bit (the statistics are summed in another order).

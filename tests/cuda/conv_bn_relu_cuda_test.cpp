@@ -3,6 +3,8 @@
 // on CUDA under the same autocast (the oracle), and against that chain on the CPU in float64 on the same
 // rounded inputs. FP16 and BF16 autocast, NDHWC input, the level-0 shapes of the U-Net.
 //
+// The fused backward (conv 2's halo dgrad with relu 1's mask and BN 1's reductions in its epilogue,
+// conv_bn_cuda.h) is checked through the gradients of x, w1, gamma1 and beta1, which pass through it.
 // What is compared: the output y, the running mean and variance of both BatchNorms, and the gradients
 // of x, both conv weights, both gammas and both betas, after one backward with the same random dy.
 // Tolerances (relative Frobenius error of the whole tensor, rel_error in cuda_test.h):
