@@ -25,9 +25,9 @@
 //   (training; evaluation: B = C0 = 0), the formulas of norm_cuda.cu's backward.
 // Layouts: y, a (N, C, D, H, W) with channels-last storage; tile_stats (tiles, C) float4; saved (2, C),
 // coef (3, C) float32.
-// Parallel mapping: finalize is one block of 256 threads per channel, thread i taking tiles i, i + 256,
-// ...; norm_reduce::block_sum2 combines them in a fixed order (same bits every run, no atomics).
-// bn_relu_apply is grid-stride over 8-channel (16-byte) chunks.
+// Parallel mapping: both finalize kernels are one block of 256 threads per channel, thread i taking
+// tiles i, i + 256, ...; norm_reduce::block_sum2 combines them in a fixed order (same bits every run,
+// no atomics). bn_relu_apply and bn_backward_apply are grid-stride over 8-channel (16-byte) chunks.
 // Precision: statistics FP32 within a tile, FP64 across tiles; activations 16-bit, math in FP32.
 #include <climits>
 
