@@ -3,6 +3,8 @@
 // the Sequential's, bit for bit. Its fused CUDA path is tested in tests/cuda/conv_bn_relu_cuda_test.cpp.
 #include <doctest/doctest.h>
 
+#include "amp/autocast.h"
+#include "core/error.h"
 #include "nn/nn.h"
 #include "nn/conv_bn_relu.h"
 #include "ops/ops.h"
@@ -60,4 +62,20 @@ TEST_CASE("nn: ConvBnReluPair float32 CPU forward and backward equal the plain S
   for (size_t i = 0; i < pp.size(); ++i) CHECK(pp[i].second.grad().to_double_vector() == qp[i].second.grad().to_double_vector());
   const auto pb = pair.named_buffers(), qb = plain->named_buffers();
   for (size_t i = 0; i < pb.size(); ++i) CHECK(pb[i].second.to_double_vector() == qb[i].second.to_double_vector());
+}
+
+TEST_CASE("ops: conv_bn_relu_pair is on the conv's autocast list and never fuses a CPU input (it names itself)") {
+  // ops/conv/conv_bn.h: "the row ConvBnRelu of amp/autocast.h (the conv's list: operands to FP16/BF16)".
+  CHECK(amp::default_policy(amp::OpKind::ConvBnRelu) == amp::CastPolicy::Lower);
+  CHECK(amp::default_policy(amp::OpKind::ConvBnRelu) == amp::default_policy(amp::OpKind::Conv3d));
+  Generator g(1);
+  const Tensor x = Tensor::randn({1, 16, 4, 4, 4}, g);
+  ops::ConvBnReluStage s1, s2;
+  s1.conv_weight = Tensor::randn({16, 16, 3, 3, 3}, g);
+  s2.conv_weight = Tensor::randn({16, 16, 3, 3, 3}, g);
+  amp::AutocastGuard autocast;
+  CHECK_FALSE(ops::conv_bn_relu_pair_fusable(x, s1, s2));
+  CHECK_THROWS_WITH_AS(ops::conv_bn_relu_pair(x, s1, s2), doctest::Contains("conv_bn_relu"), Error);
+  s2.conv_weight = Tensor::randn({16, 8, 3, 3, 3}, g);  // second conv's Cin must be the first's Cout
+  CHECK_THROWS_WITH_AS(ops::conv_bn_relu_pair(x, s1, s2), doctest::Contains("second conv weight"), Error);
 }
