@@ -85,6 +85,7 @@ enum class CastInputs : uint8_t {
 #define HALFGRAD_OP_TABLE(ROW)                                                                              \
   ROW(Conv3d, "conv3d", Lower, Floating, "Tensor Core op: FP16/BF16 operands, FP32 accumulation")              \
   ROW(ConvTranspose3d, "conv_transpose3d", Lower, Floating, "Tensor Core op: FP16/BF16 operands, FP32 accumulation") \
+  ROW(ConvBnRelu, "conv_bn_relu", Lower, Floating, "fused conv -> batch_norm -> relu pair (ops/conv/conv_bn.h): the conv's list; FP32 statistics inside") \
   ROW(Matmul, "matmul", Lower, Floating, "Tensor Core op: FP16/BF16 operands, FP32 accumulation")              \
   ROW(Linear, "linear", Lower, Floating, "Tensor Core op: FP16/BF16 operands, FP32 accumulation")              \
   ROW(Exp, "exp", Fp32, Floating, "exp overflows FP16 above x = 11.1")                                         \

@@ -4,6 +4,7 @@
 #include "nn/batch_norm.h"
 #include "nn/checkpoint.h"
 #include "nn/containers.h"
+#include "nn/conv_bn_relu.h"
 #include "nn/conv3d.h"
 #include "nn/dropout.h"
 #include "nn/normalization.h"

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
+#include "nn/conv_bn_relu.h"
 #include "nn/instance_norm.h"
 #include "ops/activation/activation.h"
 #include "ops/pool/max_pool3d.h"
@@ -13,7 +14,10 @@ namespace halfgrad::nn {
 
 // (Conv3d 3^3 pad 1 -> norm -> ReLU) x 2. The conv has no bias when a norm follows (the norm's shift
 // would cancel it), as in the reference; with no norm it keeps one.
+// With BatchNorm the block is a ConvBnReluPair (nn/conv_bn_relu.h): the same Sequential, which runs the
+// fused Conv-BN-ReLU op where it applies (the 16/32-channel levels on CUDA under FP16/BF16 autocast).
 static std::shared_ptr<Sequential> conv_block(int64_t ci, int64_t co, NormKind norm, Generator& gen) {
+  if (norm == NormKind::Batch) return std::make_shared<ConvBnReluPair>(ci, co, gen);
   auto block = std::make_shared<Sequential>();
   for (int64_t in : {ci, co}) {
     block->push_back(std::make_shared<Conv3d>(Conv3dOptions(in, co, 3).padding(1).bias(norm == NormKind::None), gen));

@@ -4,6 +4,7 @@
 #include "ops/activation/activation.h"
 #include "ops/activation/smooth.h"
 #include "ops/conv/conv3d.h"
+#include "ops/conv/conv_bn.h"
 #include "ops/dropout/dropout.h"
 #include "ops/elementwise/elementwise.h"
 #include "ops/loss/elementwise_loss.h"

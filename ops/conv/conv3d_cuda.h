@@ -17,6 +17,8 @@
 //   conv3d_wgrad_halo_cuda.cu  Tensor Core weight gradient of the "same" 3x3x3 layers with <= 32
 //                         channels (halo tile in shared memory); conv3d_wgrad_paths.h forces either
 //   conv3d_simt_cuda.cu   the FP32 (FFMA) twins of both
+//   conv_bn_cuda.cu       the fused Conv-BN-ReLU stage (conv_bn_cuda.h, for ops/conv/conv_bn.h): the halo
+//                         fprop with BatchNorm statistics / input normalisation (conv_bn_halo.cuh)
 //   conv3d_cuda.cu        these launchers: weight packing, split sums, format and dtype handling
 //   conv_transpose3d_cuda.cu  conv_transpose3d's forward and the bias gradient
 // `g` is the geometry of the convolution (ops/conv/vol2col.h); for conv_transpose3d it is the

@@ -35,6 +35,26 @@
 // shared memory, free once every warp has finished its MMAs), then copied out as 16-byte stores:
 // consecutive threads store consecutive 16-byte chunks of consecutive x, coalesced.
 //
+// BatchNorm fusion (conv_bn_halo.cuh, tc_halo_conv_bn; fprop, C = 16 or 32, no bias), two template
+// switches of halo_mma_kernel, each off in the plain convolution:
+//   kNormIn (prologue): src is the previous conv's raw output y'; the halo copy goes through registers
+//     (16-byte global loads instead of cp.async) and stores relu((y' - mean_c) * scale_c + beta_c),
+//     FP32 fmaf, rounded once to T (batch_norm's apply and relu, in one rounding instead of two: the
+//     unfused path rounds the BN output and relu keeps it); voxels outside the volume stay 0, the
+//     padding of the normalised tensor. (mean, scale, beta) of the C channels sit in shared memory.
+//   kStats (epilogue): after the staging tile is written, thread t sums channel t % N over the voxels
+//     t / N, + 256 / N, ... inside the volume: K = the tile's voxel-0 value of the channel (0 if not
+//     finite), s1 = sum (y - K), s2 = sum (y - K)^2 in FP32 over the rounded y; then N threads add
+//     the 256 / N partials of their channel in order and write {K, s1, s2, count} to tile_stats[tile][c].
+//     No atomics: every tile's record is written by one thread, so the bits do not depend on the grid.
+//   Cost: 3 KB more static shared memory per block (the blocks per SM above are unchanged: 16 -> 16
+//   needs 3 x 66.2 KB, 32 -> 16 2 x 112 KB of the 228 KB), 512 x N / 256 shared loads per thread and
+//   tile for the statistics (64 for N = 32, against the 27 x 5 ldmatrix.x4 of the main loop), and in the
+//   prologue a subtract, an FMA and a compare per loaded 16-bit value (each voxel is loaded about 1.95
+//   times, the halo factor). The direct kernel (C = 1) has kStats too: it stages its rounded outputs in
+//   a static [512][N] tile (16 / 32 KB) for the same write_tile_stats; it has no kNormIn (its input is
+//   the network's).
+//
 // Shared memory (bytes), rows padded to an odd number of 16-byte chunks (the bank argument below):
 //   halo    1000 voxels x (C + 8) halfs   C = 16: 48,000   C = 32: 80,000   (staging reuses it:
 //                                          512 voxels x (N + 8) halfs = 24,576 / 40,960, always smaller)
@@ -71,6 +91,7 @@
 
 #include "core/cuda/check.cuh"
 #include "core/cuda/runtime.h"
+#include "ops/conv/conv_bn_halo.cuh"
 #include "ops/conv/conv_igemm.cuh"
 
 namespace halfgrad::ops::conv::igemm {
@@ -125,6 +146,14 @@ struct HaloArgs {
   int d, h, w;
   bool transposed;    // dgrad: B's tap t goes to slot 26 - t (file comment)
   int tiles_x, tiles_y, tiles_z, num_tiles;
+  // BatchNorm fusion (conv_bn_halo.cuh; both null for the plain convolution):
+  const float* norm_in;  // (3, C) mean, scale, beta of the previous BN: src is loaded as relu((src - mean) * scale + beta)
+  float4* tile_stats;    // (num_tiles, N) per tile and output channel {K, sum (y - K), sum (y - K)^2, count}
+  // kReluGrad (dgrad only): the output is da = dL/d(relu(BN(h))) of the layer whose raw output h is
+  // relu_src (n, d, h, w, N), T; norm_out (3, N) its BN's (mean, scale, beta). The kernel writes
+  // dz = relu'(a) da instead and tile_stats {sum dz, sum dz (h - mean), 0, count}.
+  const float* norm_out;
+  const void* relu_src;
 };
 
 /// Tile index -> sample and origin of its output voxels.
@@ -150,8 +179,94 @@ __device__ __forceinline__ int64_t voxel_index(const HaloArgs& a, int n, int z, 
   return ((static_cast<int64_t>(n) * a.d + z) * a.h + y) * a.w + x;
 }
 
+// ---- the BatchNorm statistics of a staged tile (kStats; file comment) -----------------------------
+constexpr int kStatFloats = 3 * kThreads;  // stat_s: per-thread s1, s2, count
+
+/// Writes tile_stats[tile][c] for the kN channels of the staged tile `stage` (512 voxels, kStageRow halfs
+/// apart, rounded as written), tile origin (z0, y0, x0). stat_s holds kStatFloats floats. Every thread
+/// calls it after a __syncthreads that follows the staging stores; it leaves stage untouched and its
+/// last reads of stat_s are behind the next tile's loop-start __syncthreads.
+template <typename T, int kN, int kStageRow>
+__device__ __forceinline__ void write_tile_stats(const HaloArgs& a, const T* stage, float* stat_s, int tile, int z0, int y0,
+                                                 int x0) {
+  constexpr int kStatGroups = kThreads / kN;  // threads per output channel
+  static_assert(kThreads % kN == 0, "every channel gets the same number of threads");
+  const int tid = threadIdx.x, c = tid % kN;
+  // K = the channel's value at voxel 0 (always inside: the tile's origin is), or 0 if not finite
+  // (norm_reduce.cuh's norm_shift rule: an inf among finite values then gives an inf mean, not NaN).
+  float K = operand_to_float(stage[c]);
+  if (!isfinite(K)) K = 0.f;
+  float s1 = 0.f, s2 = 0.f, cnt = 0.f;
+  for (int v = tid / kN; v < kTileVoxels; v += kStatGroups) {
+    const int z = z0 + v / (kTile * kTile), y = y0 + (v / kTile) % kTile, x = x0 + v % kTile;
+    if (!inside(a, z, y, x)) continue;
+    const float d = operand_to_float(stage[v * kStageRow + c]) - K;
+    s1 += d;
+    s2 = fmaf(d, d, s2);
+    cnt += 1.f;
+  }
+  stat_s[tid] = s1;
+  stat_s[kThreads + tid] = s2;
+  stat_s[2 * kThreads + tid] = cnt;
+  __syncthreads();
+  if (tid < kN) {  // the kStatGroups partials of channel tid, in group order: the same bits every run
+    float t1 = 0.f, t2 = 0.f, tc = 0.f;
+    for (int q = 0; q < kStatGroups; ++q) {
+      t1 += stat_s[q * kN + tid];
+      t2 += stat_s[kThreads + q * kN + tid];
+      tc += stat_s[2 * kThreads + q * kN + tid];
+    }
+    a.tile_stats[static_cast<int64_t>(tile) * kN + tid] = make_float4(K, t1, t2, tc);
+  }
+}
+
+/// kReluGrad's epilogue on the staged tile of da (file comment): per inside voxel and channel c, with h
+/// from relu_src and (mean, scale, beta) = norm_out_s[c, N + c, 2N + c]: a = relu((h - mean) * scale +
+/// beta) rounded to T exactly as the forward's prologue, dz = a > 0 or NaN ? da : 0 (relu's backward),
+/// stored back into the stage (the copy-out then writes dz), and FP32 sums of dz and dz (h - mean)
+/// written to tile_stats[tile][c] = {s1, s2, 0, count} in the fixed order of write_tile_stats.
+template <typename T, int kN, int kStageRow>
+__device__ __forceinline__ void relu_bn_grad_tile(const HaloArgs& a, T* stage, float* stat_s, const float* norm_out_s,
+                                                  int tile, int n, int z0, int y0, int x0) {
+  constexpr int kStatGroups = kThreads / kN;
+  const int tid = threadIdx.x, c = tid % kN;
+  const T* h_src = static_cast<const T*>(a.relu_src);
+  const float mean = norm_out_s[c], scale = norm_out_s[kN + c], beta = norm_out_s[2 * kN + c];
+  float s1 = 0.f, s2 = 0.f, cnt = 0.f;
+  for (int v = tid / kN; v < kTileVoxels; v += kStatGroups) {
+    const int z = z0 + v / (kTile * kTile), y = y0 + (v / kTile) % kTile, x = x0 + v % kTile;
+    if (!inside(a, z, y, x)) continue;
+    const float h = operand_to_float(h_src[voxel_index(a, n, z, y, x) * kN + c]);
+    const float pre = fmaf(h - mean, scale, beta);
+    const float act = operand_to_float(operand_from_float<T>(pre < 0.f ? 0.f : pre));
+    T& slot = stage[v * kStageRow + c];
+    const float dz = act <= 0.f ? 0.f : operand_to_float(slot);  // threshold_backward: NaN passes da
+    slot = operand_from_float<T>(dz);  // exact: dz is da or 0
+    s1 += dz;
+    s2 = fmaf(dz, h - mean, s2);
+    cnt += 1.f;
+  }
+  stat_s[tid] = s1;
+  stat_s[kThreads + tid] = s2;
+  stat_s[2 * kThreads + tid] = cnt;
+  __syncthreads();  // also orders the dz stores before the copy-out
+  if (tid < kN) {
+    float t1 = 0.f, t2 = 0.f, tc = 0.f;
+    for (int q = 0; q < kStatGroups; ++q) {
+      t1 += stat_s[q * kN + tid];
+      t2 += stat_s[kThreads + q * kN + tid];
+      tc += stat_s[2 * kThreads + q * kN + tid];
+    }
+    a.tile_stats[static_cast<int64_t>(tile) * kN + tid] = make_float4(t1, t2, 0.f, tc);
+  }
+}
+
 // ---- the Tensor Core kernel (C = 16, 32) ------------------------------------------------------------
-template <typename T, int kC, int kN>
+// kNormIn: the halo is loaded through registers and normalised (BN + ReLU of the previous layer, the
+// prologue fusion); kStats: the epilogue also writes per-tile BN partial sums of the rounded output.
+// Both false is the plain convolution, whose code is unchanged by them (if constexpr).
+// kReluGrad: the dgrad epilogue of relu_bn_grad_tile (the backward fusion; never with kStats).
+template <typename T, int kC, int kN, bool kNormIn = false, bool kStats = false, bool kReluGrad = false>
 __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo_mma_kernel(HaloArgs a) {
   using L = HaloLayout<kC, kN>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -190,6 +305,17 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
   const int b_row = ((lane / 16) * 8 + lane % 8) * L::kWeightRow + ((lane / 8) % 2) * 8;
   const uint32_t halo_s = shared_address(halo), wts_s = shared_address(wts);  // byte addresses (.shared)
 
+  // The previous BN's per-channel (mean, scale, beta), read by the halo load (kNormIn); the first
+  // tile's __syncthreads orders these stores before any read.
+  __shared__ float norm_s[kNormIn ? 3 * kC : 1];
+  if constexpr (kNormIn)
+    for (int i = tid; i < 3 * kC; i += kThreads) norm_s[i] = a.norm_in[i];
+  __shared__ float stat_s[kStats || kReluGrad ? kStatFloats : 1];  // write_tile_stats' partials
+  static_assert(!(kStats && kReluGrad), "one epilogue reduction per kernel");
+  __shared__ float norm_out_s[kReluGrad ? 3 * kN : 1];  // (mean, scale, beta) of the output channels
+  if constexpr (kReluGrad)
+    for (int i = tid; i < 3 * kN; i += kThreads) norm_out_s[i] = a.norm_out[i];
+
   for (int tile = blockIdx.x; tile < a.num_tiles; tile += gridDim.x) {
     int n, z0, y0, x0;
     tile_origin(a, tile, n, z0, y0, x0);
@@ -200,8 +326,25 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
       const int hz = v / (kHalo * kHalo), hy = (v / kHalo) % kHalo, hx = v % kHalo;
       const int z = z0 - 1 + hz, y = y0 - 1 + hy, x = x0 - 1 + hx;
       const bool in = inside(a, z, y, x);
-      const T* p = in ? src + voxel_index(a, n, z, y, x) * kC + c * 8 : src;  // zero-fill: a valid address, 0 bytes read
-      cp_async_16(halo + v * L::kVoxelRow + c * 8, p, in ? 16 : 0);
+      if constexpr (kNormIn) {
+        // relu((src - mean) * scale + beta), rounded once to T; outside the volume 0, the padding of the
+        // normalised tensor (not relu(beta - mean * scale)). NaN stays NaN (v < 0 is false), as relu.
+        int4 chunk = make_int4(0, 0, 0, 0);
+        if (in) {
+          chunk = *reinterpret_cast<const int4*>(src + voxel_index(a, n, z, y, x) * kC + c * 8);
+          T* e = reinterpret_cast<T*>(&chunk);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const int ch = c * 8 + k;
+            const float val = fmaf(operand_to_float(e[k]) - norm_s[ch], norm_s[kC + ch], norm_s[2 * kC + ch]);
+            e[k] = operand_from_float<T>(val < 0.f ? 0.f : val);
+          }
+        }
+        *reinterpret_cast<int4*>(halo + v * L::kVoxelRow + c * 8) = chunk;
+      } else {
+        const T* p = in ? src + voxel_index(a, n, z, y, x) * kC + c * 8 : src;  // zero-fill: a valid address, 0 bytes read
+        cp_async_16(halo + v * L::kVoxelRow + c * 8, p, in ? 16 : 0);
+      }
     }
     cp_async_commit();
     cp_async_wait<0>();
@@ -261,6 +404,10 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
         }
     __syncthreads();
 
+    // BN statistics of the staged tile; stat_s is next written after the next tile's MMAs.
+    if constexpr (kStats) write_tile_stats<T, kN, L::kStageRow>(a, halo, stat_s, tile, z0, y0, x0);
+    if constexpr (kReluGrad) relu_bn_grad_tile<T, kN, L::kStageRow>(a, halo, stat_s, norm_out_s, tile, n, z0, y0, x0);
+
     T* out = static_cast<T*>(a.out);
     constexpr int kOutChunks = kN / 8;
     for (int i = tid; i < kTileVoxels * kOutChunks; i += kThreads) {
@@ -292,7 +439,9 @@ constexpr int kDirectVoxels = kTileVoxels / kThreads;  // voxels per thread: z a
 static_assert(kDirectVoxels == 2, "the direct kernel's thread owns z and z + kTile / 2");
 
 // Register cap: 3 blocks per SM for N = 16 (<= 80 registers; at 64 it spilled), 2 for N = 32 (the 64 accumulators).
-template <typename T, int kN>
+// kStats: the rounded outputs are also staged in shared memory and write_tile_stats sums them (the
+// BatchNorm statistics of the first layer, conv_bn_halo.cuh); off in the plain convolution.
+template <typename T, int kN, bool kStats = false>
 __global__ void __launch_bounds__(kThreads, kN == 16 ? 3 : 2) halo_direct_kernel(HaloArgs a) {
   static_assert(kN % 8 == 0, "outputs are stored as 16-byte chunks of 8 channels");
   __shared__ float halo[kHaloVoxels];
@@ -306,6 +455,10 @@ __global__ void __launch_bounds__(kThreads, kN == 16 ? 3 : 2) halo_direct_kernel
   }
   __shared__ __align__(16) float bias[kN];
   for (int co = tid; co < kN; co += kThreads) bias[co] = a.bias ? operand_to_float(static_cast<const T*>(a.bias)[co]) : 0.f;
+  // kStats: the tile's rounded outputs [voxel][co] (16 KB for N = 16, 32 KB for 32) and the partials.
+  __shared__ __align__(16) uint16_t stage_bits[kStats ? kTileVoxels * kN : 8];  // T's bits (no constructor)
+  T* stage = reinterpret_cast<T*>(stage_bits);
+  __shared__ float stat_s[kStats ? kStatFloats : 1];
 
   const int lz = tid / (kTile * kTile), ly = (tid / kTile) % kTile, lx = tid % kTile;  // lz < kTile / 2
   for (int tile = blockIdx.x; tile < a.num_tiles; tile += gridDim.x) {
@@ -361,6 +514,23 @@ __global__ void __launch_bounds__(kThreads, kN == 16 ? 3 : 2) halo_direct_kernel
         *reinterpret_cast<int4*>(dst + co) = chunk;
       }
     }
+    if constexpr (kStats) {
+      // Stage every voxel's rounded outputs (outside ones too: write_tile_stats skips them), then sum.
+#pragma unroll
+      for (int q = 0; q < kDirectVoxels; ++q) {
+        const int v = (lz + q * (kTile / 2)) * kTile * kTile + ly * kTile + lx;  // tile voxel index
+#pragma unroll
+        for (int co = 0; co < kN; co += 8) {
+          float w8[8];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) w8[k] = acc[q][co + k] + bias[co + k];
+          *reinterpret_cast<int4*>(stage + v * kN + co) = make_int4(
+              pack_pair<T>(w8[0], w8[1]), pack_pair<T>(w8[2], w8[3]), pack_pair<T>(w8[4], w8[5]), pack_pair<T>(w8[6], w8[7]));
+        }
+      }
+      __syncthreads();
+      write_tile_stats<T, kN, kN>(a, stage, stat_s, tile, z0, y0, x0);  // stage is rewritten after two more syncs
+    }
   }
 }
 
@@ -397,20 +567,46 @@ void launch_for_channels(const Gather& g, const HaloArgs& a, int N, const char* 
   }
 }
 
-}  // namespace
-
-bool halo_conv_supported(const Gather& g, const Epilogue& e) {
-  const bool cubic = g.kd == 3 && g.kh == 3 && g.kw == 3 && g.sd == 1 && g.sh == 1 && g.sw == 1 && g.dd == 1 &&
-                     g.dh == 1 && g.dw == 1 && g.pd == 1 && g.ph == 1 && g.pw == 1;
-  const bool same = g.od == g.d && g.oh == g.h && g.ow == g.w;
-  const bool channels = (g.c == 1 || g.c == 16 || g.c == 32) && (e.N == 16 || e.N == 32);
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vectors = aligned(e.out) && (g.c == 1 || aligned(g.src));  // 16-byte cp.async and stores
-  const bool nonempty = g.M >= 1;  // an empty batch goes to tc_igemm, which names the problem
-  return cubic && same && channels && vectors && nonempty && e.out_operand && !e.scatter;
+// The BatchNorm-fused variants: the Tensor Core kernel with either fusion; the direct kernel (C = 1, the
+// network's input: nothing to normalise) with statistics only.
+template <typename T, bool kNormIn, bool kStats>
+void launch_bn_for_channels(const Gather& g, const HaloArgs& a, int N, const char* op) {
+  if constexpr (kStats && !kNormIn) {
+    if (g.c == 1) {
+      if (N == 16) launch_persistent<halo_direct_kernel<T, 16, true>>(0, a, op);
+      else launch_persistent<halo_direct_kernel<T, 32, true>>(0, a, op);
+      return;
+    }
+  }
+  if (g.c == 16) {
+    if (N == 16) launch_persistent<halo_mma_kernel<T, 16, 16, kNormIn, kStats>>(HaloLayout<16, 16>::kSmemBytes, a, op);
+    else launch_persistent<halo_mma_kernel<T, 16, 32, kNormIn, kStats>>(HaloLayout<16, 32>::kSmemBytes, a, op);
+  } else {
+    if (N == 16) launch_persistent<halo_mma_kernel<T, 32, 16, kNormIn, kStats>>(HaloLayout<32, 16>::kSmemBytes, a, op);
+    else launch_persistent<halo_mma_kernel<T, 32, 32, kNormIn, kStats>>(HaloLayout<32, 32>::kSmemBytes, a, op);
+  }
 }
 
-void tc_halo_conv(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const char* op) {
+template <typename T>
+void launch_bn(const Gather& g, const HaloArgs& a, int N, const char* op) {
+  if (a.norm_in && a.tile_stats) launch_bn_for_channels<T, true, true>(g, a, N, op);
+  else if (a.norm_in) launch_bn_for_channels<T, true, false>(g, a, N, op);
+  else if (a.tile_stats) launch_bn_for_channels<T, false, true>(g, a, N, op);
+  else launch_for_channels<T>(g, a, N, op);
+}
+
+template <typename T>
+void launch_relu_grad(const Gather& g, const HaloArgs& a, int N, const char* op) {
+  if (g.c == 16) {
+    if (N == 16) launch_persistent<halo_mma_kernel<T, 16, 16, false, false, true>>(HaloLayout<16, 16>::kSmemBytes, a, op);
+    else launch_persistent<halo_mma_kernel<T, 16, 32, false, false, true>>(HaloLayout<16, 32>::kSmemBytes, a, op);
+  } else {
+    if (N == 16) launch_persistent<halo_mma_kernel<T, 32, 16, false, false, true>>(HaloLayout<32, 16>::kSmemBytes, a, op);
+    else launch_persistent<halo_mma_kernel<T, 32, 32, false, false, true>>(HaloLayout<32, 32>::kSmemBytes, a, op);
+  }
+}
+
+HaloArgs halo_args(const Gather& g, const void* B, int k_pad, const Epilogue& e, const char* op) {
   HG_CHECK(halo_conv_supported(g, e),
            op << ": the halo convolution needs kernel 3, stride 1, padding 1, dilation 1 on every axis, 1, 16 or 32 "
                  "gathered channels, 16 or 32 16-bit output channels, a 16-byte aligned output and (C > 1) input; "
@@ -433,9 +629,63 @@ void tc_halo_conv(const Gather& g, TcOperand type, const void* B, int k_pad, con
   a.tiles_x = (g.w + kTile - 1) / kTile;
   a.tiles_y = (g.h + kTile - 1) / kTile;
   a.tiles_z = (g.d + kTile - 1) / kTile;
-  const int64_t tiles = int64_t{g.n} * a.tiles_z * a.tiles_y * a.tiles_x;
+  const int64_t tiles = halo_tile_count(g);
   HG_CHECK(tiles < INT32_MAX, op << ": " << tiles << " halo tiles exceed the 32-bit tile index");
   a.num_tiles = static_cast<int>(tiles);
+  return a;
+}
+
+}  // namespace
+
+int64_t halo_tile_count(const Gather& g) {
+  return int64_t{g.n} * ((g.d + kTile - 1) / kTile) * ((g.h + kTile - 1) / kTile) * ((g.w + kTile - 1) / kTile);
+}
+
+void tc_halo_conv_bn(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const float* norm_in,
+                     float* tile_stats, const char* op) {
+  HG_CHECK(g.c == 16 || g.c == 32 || (g.c == 1 && norm_in == nullptr),
+           op << ": the BatchNorm-fused halo convolution gathers 16 or 32 channels (or 1 without an input "
+                 "normalisation: the direct kernel has statistics only), got C=" << g.c);
+  HG_CHECK(!g.transposed, op << ": the BatchNorm-fused halo convolution is a forward convolution (no dgrad gather)");
+  HG_CHECK(e.bias == nullptr, op << ": the BatchNorm-fused halo convolution takes no bias (BatchNorm's beta replaces it)");
+  HaloArgs a = halo_args(g, B, k_pad, e, op);
+  a.norm_in = norm_in;
+  a.tile_stats = reinterpret_cast<float4*>(tile_stats);
+  HG_CHECK(reinterpret_cast<uintptr_t>(tile_stats) % 16 == 0, op << ": the tile statistics buffer must be 16-byte aligned");
+  if (type == TcOperand::BFloat16) launch_bn<__nv_bfloat16>(g, a, e.N, op);
+  else launch_bn<__half>(g, a, e.N, op);
+}
+
+void tc_halo_dgrad_relu_bn(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e,
+                           const float* norm_out, const void* relu_src, float* tile_stats, const char* op) {
+  HG_CHECK(g.transposed && (g.c == 16 || g.c == 32),
+           op << ": the ReLU/BatchNorm-gradient halo dgrad gathers 16 or 32 channels of dy (a transposed gather), got C="
+              << g.c << (g.transposed ? "" : ", forward gather"));
+  HG_CHECK(e.bias == nullptr && norm_out && relu_src && tile_stats,
+           op << ": the ReLU/BatchNorm-gradient halo dgrad needs no bias, the forward's normalisation, its raw output "
+                 "and a statistics buffer");
+  HG_CHECK(reinterpret_cast<uintptr_t>(tile_stats) % 16 == 0, op << ": the tile statistics buffer must be 16-byte aligned");
+  HaloArgs a = halo_args(g, B, k_pad, e, op);
+  a.norm_out = norm_out;
+  a.relu_src = relu_src;
+  a.tile_stats = reinterpret_cast<float4*>(tile_stats);
+  if (type == TcOperand::BFloat16) launch_relu_grad<__nv_bfloat16>(g, a, e.N, op);
+  else launch_relu_grad<__half>(g, a, e.N, op);
+}
+
+bool halo_conv_supported(const Gather& g, const Epilogue& e) {
+  const bool cubic = g.kd == 3 && g.kh == 3 && g.kw == 3 && g.sd == 1 && g.sh == 1 && g.sw == 1 && g.dd == 1 &&
+                     g.dh == 1 && g.dw == 1 && g.pd == 1 && g.ph == 1 && g.pw == 1;
+  const bool same = g.od == g.d && g.oh == g.h && g.ow == g.w;
+  const bool channels = (g.c == 1 || g.c == 16 || g.c == 32) && (e.N == 16 || e.N == 32);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vectors = aligned(e.out) && (g.c == 1 || aligned(g.src));  // 16-byte cp.async and stores
+  const bool nonempty = g.M >= 1;  // an empty batch goes to tc_igemm, which names the problem
+  return cubic && same && channels && vectors && nonempty && e.out_operand && !e.scatter;
+}
+
+void tc_halo_conv(const Gather& g, TcOperand type, const void* B, int k_pad, const Epilogue& e, const char* op) {
+  const HaloArgs a = halo_args(g, B, k_pad, e, op);
   if (type == TcOperand::BFloat16) launch_for_channels<__nv_bfloat16>(g, a, e.N, op);
   else launch_for_channels<__half>(g, a, e.N, op);
 }
