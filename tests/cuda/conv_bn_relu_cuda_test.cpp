@@ -19,6 +19,7 @@
 // 300 times its standard deviation (the statistics' cancellation test, on conv_bn_cuda.h directly).
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "amp/autocast.h"
@@ -137,6 +138,27 @@ void compare(const PairResult& got, const PairResult& ref, double tol, double st
   check_close(got.rv2, ref.rv2, stat_rtol, stat_atol, what + " running_var 2");
 }
 
+// Against float64 the fused path may be as far off as the unfused CUDA chain is (both round a1, y1
+// and y2 to the 16-bit type; the reference rounds only the inputs), and not much further: each
+// result's error must stay within 1.25x the unfused chain's own error plus `slack` (the fused vs
+// unfused tolerance), and under `bound`.
+// (The first H200 run measured 0.022-0.030 in FP16 for both paths on the 9x10x11 cases.)
+void compare_to_float64(const PairResult& fused, const PairResult& unfused, const PairResult& ref, double slack,
+                        double bound, const std::string& what) {
+  const std::pair<const char*, const Tensor PairResult::*> fields[] = {
+      {"y", &PairResult::y},         {"dx", &PairResult::dx},       {"dw1", &PairResult::dw1},
+      {"dw2", &PairResult::dw2},     {"dgamma1", &PairResult::dg1}, {"dbeta1", &PairResult::db1},
+      {"dgamma2", &PairResult::dg2}, {"dbeta2", &PairResult::db2}};
+  for (const auto& [name, field] : fields) {
+    REQUIRE_MESSAGE((fused.*field).defined(), (what + " " + name + ": undefined"));
+    const double ef = rel_error((fused.*field).cast_copy(kFloat64), (ref.*field).cast_copy(kFloat64));
+    const double eu = rel_error((unfused.*field).cast_copy(kFloat64), (ref.*field).cast_copy(kFloat64));
+    CHECK_MESSAGE((ef <= 1.25 * eu + slack && ef < bound),
+                  (what + " " + name + ": relative error vs float64 " + std::to_string(ef) + ", the unfused chain's " +
+                   std::to_string(eu) + " (allowed 1.25x + " + std::to_string(slack) + ", under " + std::to_string(bound) + ")"));
+  }
+}
+
 const PairCase kLevel0Cases[] = {
     {2, 1, 16, 16, 9, 10, 11},   // the encoder's level-0 block: 1 -> 16 (direct kernel with statistics) -> 16
     {2, 16, 16, 16, 9, 10, 11},  // 16 -> 16 -> 16
@@ -164,7 +186,12 @@ CUDA_TEST_CASE("conv_bn_relu_pair cuda f16 bf16 NDHWC training: fused vs unfused
         compare(fused, unfused, dt == kBFloat16 ? 2e-2 : 3e-3, 1e-4, 1e-3, what + " fused vs unfused");
         // The float64 reference rounds the inputs to FP16: for BF16 runs it is a looser comparison.
         const PairResult cpu_dt = dt == kFloat16 ? cpu : run_pair(in, Path::CpuFloat64, dt, true);
-        compare(fused, cpu_dt, dt == kBFloat16 ? 8e-2 : 2e-2, 1e-3, 2e-2, what + " fused vs CPU float64");
+        compare_to_float64(fused, unfused, cpu_dt, dt == kBFloat16 ? 2e-2 : 3e-3, dt == kBFloat16 ? 8e-2 : 5e-2,
+                           what + " fused vs CPU float64");
+        check_close(fused.rm1, cpu_dt.rm1, 2e-2, 1e-3, what + " fused vs CPU float64 running_mean 1");
+        check_close(fused.rv1, cpu_dt.rv1, 2e-2, 1e-3, what + " fused vs CPU float64 running_var 1");
+        check_close(fused.rm2, cpu_dt.rm2, 2e-2, 1e-3, what + " fused vs CPU float64 running_mean 2");
+        check_close(fused.rv2, cpu_dt.rv2, 2e-2, 1e-3, what + " fused vs CPU float64 running_var 2");
       }
     }
   }
@@ -179,7 +206,8 @@ CUDA_TEST_CASE("conv_bn_relu_pair cuda f16 bf16 NDHWC evaluation (running statis
     const PairResult unfused = run_pair(in, Path::Unfused, dt, false);
     const PairResult cpu = run_pair(in, Path::CpuFloat64, dt, false);
     compare(fused, unfused, dt == kBFloat16 ? 2e-2 : 3e-3, 0.0, 0.0, what + " fused vs unfused");
-    compare(fused, cpu, dt == kBFloat16 ? 8e-2 : 2e-2, 0.0, 0.0, what + " fused vs CPU float64");
+    compare_to_float64(fused, unfused, cpu, dt == kBFloat16 ? 2e-2 : 3e-3, dt == kBFloat16 ? 8e-2 : 5e-2,
+                       what + " fused vs CPU float64");
     // Evaluation leaves the running statistics as they were, bit for bit.
     CHECK(same_bits(fused.rm1, in.rm1));
     CHECK(same_bits(fused.rv2, in.rv2));
