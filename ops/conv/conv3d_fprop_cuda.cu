@@ -72,6 +72,8 @@
 // weight packing ~3 us: ~0.015-0.030 ms (fprop and dgrad alike); 128 -> 128 at 8^3: 13 slices, 208
 // blocks of 8.7 MFLOP ~10 us + ~3 us, sum of 13.6 MB ~4-5 us: ~0.020-0.035 ms; 64 -> 64 at 16^3:
 // 3 slices, 384 blocks of 9.4 MFLOP ~28 us + ~3 us, sum of 12.6 MB ~4 us: ~0.035-0.050 ms.
+// First measurement (bench/NOTES.md, fwd+bwd only): 256 -> 256 0.100 ms (above the predicted
+// 0.064-0.094 with wgrad), 128 -> 128 0.102 ms (inside 0.082-0.112); per pass not yet measured.
 #include <algorithm>
 
 #include "core/cuda/check.cuh"
