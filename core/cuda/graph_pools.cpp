@@ -46,8 +46,8 @@ void GraphPools::free_retired_pools() {
   }
 }
 
-void* GraphPools::allocate(size_t nbytes, const char* op) {
-  if (capturing_ == 0) return eager_.allocate(nbytes, op);
+void* GraphPools::allocate(size_t nbytes, const char* op, bool capturer) {
+  if (capturing_ == 0 || !capturer) return eager_.allocate(nbytes, op);
   Pool& pool = pools_.at(capturing_);
   void* p = pool.blocks->allocate(nbytes, op);
   owner_[p] = capturing_;

@@ -19,7 +19,9 @@
 //   a capture forbids): then at end_capture().
 // Replays reuse the pool's blocks in the order the capture used them, so a graph's memory is its
 // capture's peak, reserved once.
-// One capture at a time (one stream). Not locked: the owner locks (runtime.cpp's mutex).
+// One capture at a time (one stream). Requests of other threads during a capture (a thread-local
+// capture records only the capturing thread's work) are eager: runtime.cpp says which thread asks.
+// Not locked: the owner locks (runtime.cpp's mutex).
 // The memory limit and empty_cache apply to the eager allocator only; stats() is the eager one's,
 // pool_stats(pool) a pool's.
 #pragma once
@@ -53,8 +55,9 @@ class GraphPools {
   /// when none is; after end_capture when a capture is active). Unknown ids throw.
   void retire_pool(PoolId pool);
 
-  /// As BlockAllocator::allocate, from the capturing pool when a capture is active, else eager.
-  void* allocate(size_t nbytes, const char* op);
+  /// As BlockAllocator::allocate, from the capturing pool when a capture is active and `capturer`
+  /// (the request comes from the capturing thread: the owner knows), else eager.
+  void* allocate(size_t nbytes, const char* op, bool capturer = true);
   /// Returns the block to the allocator it came from. Errors as BlockAllocator::release.
   void release(void* ptr, size_t nbytes, const char* op);
   size_t block_size(const void* ptr) const;

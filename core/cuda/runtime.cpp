@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "core/cuda/block_allocator.h"
 #include "core/cuda/graph.h"
@@ -30,6 +31,16 @@ std::mutex& capture_mu() {
 std::string& capture_what() {
   static std::string* s = new std::string();
   return *s;
+}
+// The thread running the active capture (meaningful only while capture_what() is not empty).
+std::thread::id& capture_thread() {
+  static std::thread::id* t = new std::thread::id();
+  return *t;
+}
+// Whether the calling thread is the one capturing (its allocations go to the graph's pool).
+bool is_capturing_thread() {
+  std::lock_guard<std::mutex> lock(capture_mu());
+  return !capture_what().empty() && capture_thread() == std::this_thread::get_id();
 }
 bool is_capture_error(cudaError_t err) {
   switch (err) {
@@ -201,9 +212,10 @@ void* allocate(size_t nbytes, const char* op) {
   Cache& c = cache();
   void* p = nullptr;
   size_t size = 0;
+  const bool capturer = is_capturing_thread();
   {
     std::lock_guard<std::mutex> lock(c.mu);
-    p = c.blocks.allocate(nbytes, op);
+    p = c.blocks.allocate(nbytes, op, capturer);
     size = c.blocks.block_size(p);
   }
   const int b = poison();
@@ -284,7 +296,7 @@ void copy_h2d(void* dst, const void* src, size_t nbytes) {
     // A captured copy would replay from the staging buffer as it is at replay time (the bytes of
     // whatever copy came last), and the wait below is refused by a capture anyway: say so plainly.
     std::lock_guard<std::mutex> lock(capture_mu());
-    HG_CHECK(capture_what().empty(),
+    HG_CHECK(capture_what().empty() || capture_thread() != std::this_thread::get_id(),
              "cuda::copy_h2d: a host-to-device copy of " << nbytes << " bytes during the CUDA graph capture of '"
                  << capture_what() << "'; a graph replays the copy's source address, not its bytes: put the "
                  "value in device memory before capturing (a kernel argument, or a device tensor the host updates "
@@ -341,6 +353,7 @@ void graph_pool_begin_capture(uint64_t pool, const std::string& what) {
   }
   std::lock_guard<std::mutex> lock(capture_mu());
   capture_what() = what.empty() ? std::string("(unnamed)") : what;
+  capture_thread() = std::this_thread::get_id();
 }
 
 void graph_pool_end_capture() {

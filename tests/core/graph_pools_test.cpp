@@ -133,3 +133,22 @@ TEST_CASE("graph pools: one capture at a time, known pools only, a block's size 
   check_error([&] { (void)pools.pool_stats(g); }, {"does not exist"});
   pools.retire_pool(other);
 }
+
+TEST_CASE("graph pools: during a capture, another thread's request (capturer false) is served eagerly") {
+  FakeSegments dev;
+  GraphPools pools(dev, BlockAllocatorOptions{});
+  void* eager = pools.allocate(8 * KiB, "test");
+  const GraphPools::PoolId g = pools.create_pool();
+  pools.begin_capture(g, "test");
+  void* captured = pools.allocate(8 * KiB, "test");
+  void* other_thread = pools.allocate(8 * KiB, "test", /*capturer=*/false);
+  CHECK(segment_of(other_thread) == segment_of(eager));  // the eager cache's segment
+  CHECK(segment_of(captured) != segment_of(eager));
+  CHECK(pools.pool_stats(g).allocated_bytes == 8 * KiB);
+  pools.release(other_thread, 8 * KiB, "test");  // back to the eager cache, during the capture
+  pools.release(captured, 8 * KiB, "test");
+  pools.end_capture();
+  CHECK(pools.eager().stats().allocated_bytes == 8 * KiB);
+  pools.release(eager, 8 * KiB, "test");
+  pools.retire_pool(g);
+}

@@ -170,8 +170,8 @@ CUDA_TEST_CASE("cuda graph: a capture that reads a result on the host or copies 
   const Tensor t = Tensor::ones({4}, kFloat32, Device::CUDA);
   {
     cuda::Graph g;
-    check_error([&] { g.capture([&] { (void)ops::mul(t, t).item(); }, "a step with item()"); },
-                {"cuda::Graph::capture of 'a step with item()'", "cuda::copy_d2h"});
+    check_error([&] { g.capture([&] { (void)ops::mul(t, t).item_at(0); }, "a step that reads a value on the host"); },
+                {"cuda::Graph::capture of 'a step that reads a value on the host'", "cuda::copy_d2h"});
     CHECK(!g.ready());
     CHECK(!cuda::capturing());
     check_error([&] { g.capture([&] { (void)Tensor::scalar(2.0).copy_to(Device::CUDA); }, "a host scalar"); },
