@@ -13,7 +13,7 @@
 // replayed, and every later one replayed (the eager cache's free segments are given back before the
 // capture, so that the warm-up's activations and the graph's are not both held). A batch of another
 // shape starts over (new static buffers,
-// new warm-up, new capture); training batches have one shape, so this happens at most at a resume.
+// new warm-up, new capture); halfgrad-unet3d's training batches all have one shape, so it captures once.
 // An eager step and a replayed one give the same bits (tests/cuda/graph_cuda_test.cpp).
 #pragma once
 #include <cstdint>

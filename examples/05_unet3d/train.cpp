@@ -47,6 +47,7 @@
 #include "examples/05_unet3d/run_checkpoint.h"
 #include "examples/05_unet3d/run_folder.h"
 #include "examples/05_unet3d/trained_model.h"
+#include "nn/batch_norm.h"
 #include "nn/buffer_snapshot.h"
 #include "nn/checkpoint.h"
 #include "nn/unet3d.h"
@@ -325,11 +326,15 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
   // buffers, with the buffer restore and the label check decided on the device.
   constexpr int64_t kGraphWarmupSteps = 3;
   std::unique_ptr<GraphStep> graph_step;
+  std::vector<Tensor> bn_counters;  // --cuda-graph: every BatchNorm's num_batches_tracked (a host Int64)
   std::optional<LaggedLoss> lagged;
   std::optional<ops::DeferredLabelCheck> label_check;
   if (use_graph) {
     label_check.emplace();
     lagged.emplace();
+    for (const auto& m : model->modules())
+      if (const auto* bn = dynamic_cast<const nn::BatchNorm3d*>(m.get()); bn != nullptr && bn->num_batches_tracked.defined())
+        bn_counters.push_back(bn->num_batches_tracked);
     graph_step = std::make_unique<GraphStep>(
         [&](const Tensor& xs, const Tensor& ys) {
           opt.zero_grad();
@@ -362,6 +367,7 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
     double loss_sum = 0;
     int64_t skipped = 0, counted = 0, nonfinite = 0;
     const int64_t skipped_before = use_graph ? scaler.skipped_steps() : 0;  // graph: the device counts them
+    const int64_t replays_before = graph_step ? graph_step->replays() : 0;
     ProgressBar bar("  epoch " + std::to_string(epoch), steps_per_epoch, progress);
     // The host's bookkeeping of step `s`'s loss `l` (lr `lr_used`): eager, before the step's backward;
     // with --cuda-graph one step late, after the step (and the next one's queueing).
@@ -474,6 +480,15 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
         }
         label_check->check("halfgrad-unet3d train: epoch " + std::to_string(epoch));
         skipped = scaler.skipped_steps() - skipped_before;
+        // BatchNorm counts a step in its forward, on the host: the replays ran no host code, and the
+        // eager steps of this path are not rolled back when skipped (restore_if restores the device
+        // buffers only). So the counters lack the epoch's replays less its skipped steps; with them,
+        // a checkpoint counts the kept steps, as a --no-cuda-graph run's does.
+        const int64_t missing = (graph_step->replays() - replays_before) - skipped;
+        for (Tensor& c : bn_counters) {
+          c.data<int64_t>()[0] += missing;
+          c.bump_version();
+        }
       });
     }
     bar.finish();
