@@ -368,6 +368,7 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
     int64_t skipped = 0, counted = 0, nonfinite = 0;
     const int64_t skipped_before = use_graph ? scaler.skipped_steps() : 0;  // graph: the device counts them
     const int64_t replays_before = graph_step ? graph_step->replays() : 0;
+    const int64_t captures_before = graph_step ? graph_step->captures() : 0;
     ProgressBar bar("  epoch " + std::to_string(epoch), steps_per_epoch, progress);
     // The host's bookkeeping of step `s`'s loss `l` (lr `lr_used`): eager, before the step's backward;
     // with --cuda-graph one step late, after the step (and the next one's queueing).
@@ -480,11 +481,14 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
         }
         label_check->check("halfgrad-unet3d train: epoch " + std::to_string(epoch));
         skipped = scaler.skipped_steps() - skipped_before;
-        // BatchNorm counts a step in its forward, on the host: the replays ran no host code, and the
-        // eager steps of this path are not rolled back when skipped (restore_if restores the device
-        // buffers only). So the counters lack the epoch's replays less its skipped steps; with them,
-        // a checkpoint counts the kept steps, as a --no-cuda-graph run's does.
-        const int64_t missing = (graph_step->replays() - replays_before) - skipped;
+        // BatchNorm counts a step in its forward, on the host. The replays ran no host code; a capture
+        // ran the forward's host code once (one count) for the step its first replay then runs (counted
+        // among the replays); and the eager steps of this path are not rolled back when skipped
+        // (restore_if restores the device buffers only). So the counters lack the epoch's replays less
+        // its captures and its skipped steps; with them, a checkpoint counts the kept steps, as a
+        // --no-cuda-graph run's does (the first GPU run of this, without the captures, was one over).
+        const int64_t missing =
+            (graph_step->replays() - replays_before) - (graph_step->captures() - captures_before) - skipped;
         for (Tensor& c : bn_counters) {
           c.data<int64_t>()[0] += missing;
           c.bump_version();
