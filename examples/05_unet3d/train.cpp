@@ -486,7 +486,7 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
         // among the replays); and the eager steps of this path are not rolled back when skipped
         // (restore_if restores the device buffers only). So the counters lack the epoch's replays less
         // its captures and its skipped steps; with them, a checkpoint counts the kept steps, as a
-        // --no-cuda-graph run's does (the first GPU run of this, without the captures, was one over).
+        // --no-cuda-graph run's does (CTest halfgrad_unet3d_graph_counters).
         const int64_t missing =
             (graph_step->replays() - replays_before) - (graph_step->captures() - captures_before) - skipped;
         for (Tensor& c : bn_counters) {
