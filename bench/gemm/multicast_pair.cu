@@ -52,7 +52,7 @@ const char* gemm_multicast_pair(const DenseGemm& g) {
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   if (gt::tile_count(g.M, 1, 1) % 2 != 0) return "needs an even number of 128-row tile-rows";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
-  gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1);
+  gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1, /*max_pair=*/1);
   plan.width = plan.width == 64 ? 128 : plan.width;  // pairs are built for the 256- and 128-wide tiles
   plan.pair = 2;
   gt::launch(p, false, false, gt::Schedule::kPersistent, op, gt::Store::kTma, plan);

@@ -354,7 +354,10 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   const bool releases = t128 == 0;  // the one thread per consumer that arrives on empty barriers
   auto release = [&](int slot) {
     tc::mbarrier_arrive(empty_bar + 8 * slot);
-    if constexpr (kPair == 2) tc::mbarrier_arrive_cluster(empty_bar + 8 * slot, static_cast<uint32_t>(rank ^ 1));
+    // CTA scope (tma.cuh, ArriveScope): what the peer's multicast must not overtake is this CTA's
+    // own wgmma reads of the slot, finished before the arrive.
+    if constexpr (kPair == 2)
+      tc::mbarrier_arrive_cluster<tc::ArriveScope::kCta>(empty_bar + 8 * slot, static_cast<uint32_t>(rank ^ 1));
   };
   const int warp = t128 / 32;
   const int lane = tid % 32;

@@ -62,19 +62,43 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+/// Which memory operations of the arriving thread an arrive on another CTA's barrier orders before
+/// the waiter's acquire (mbarrier_arrive_cluster). kCluster (.release.cluster): everything it did,
+/// as seen from any CTA of the cluster; needed when it wrote the waiter's shared memory
+/// (st_cluster_v4: the K split's partial). On the H200 this costs a fence the width of the GPU
+/// (measured: the pair kernel at 1000^3 ran at 99 TFLOP/s with it on every slot release, 159 with
+/// kCta). kCta (.release.cta, what PTX gives an arrive without qualifiers and what CUTLASS's
+/// ClusterBarrier::arrive(cta_id) issues to release a multicast pipeline's slot): orders this
+/// thread's own CTA's accesses only; enough for a slot release, where what must be ordered is this
+/// CTA's reads of its own shared memory (completed wgmmas) before the peer's producer issues the
+/// TMA multicast that overwrites it.
+enum class ArriveScope { kCta, kCluster };
+
 /// One arrival on the barrier at the same offset in the shared memory of CTA `cta` of this cluster
-/// (mapa translates the address; release at cluster scope). Used to release a slot that a
-/// multicast load of another CTA writes (rung 10), and to hand a K split's partial over and back
-/// (gemm_tma.cuh).
+/// (mapa translates the address; release at kScope, above). Used to release a slot that a
+/// multicast load of another CTA writes (rung 10 at cluster scope, rung 14 / gemm_tma.cuh's pairs at
+/// CTA scope), and to hand a K split's partial over and back (gemm_tma.cuh, cluster scope).
+template <ArriveScope kScope = ArriveScope::kCluster>
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
+  if constexpr (kScope == ArriveScope::kCluster) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cta.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+  }
 }
 
 /// mbarrier_wait blocks until the phase of parity `parity` (0 or 1) of the barrier has completed
