@@ -28,13 +28,17 @@
 // prediction. 1000^3: 98 TFLOP/s paired against 153 unpaired at width 128 (0.50x cuBLAS against
 // 0.79x); 4096^3: width 128 326 against 635 (almost exactly half), width 256 538 against 744
 // (0.72x against 0.99x; rung 10 lost the same 18-28% with its own kernel); 1024 x 1024 x 16384:
-// 165 against 366. Every result was correct. So gemm_f16's plan never pairs (tile_plan has no pair
-// candidate). Not yet explained; the candidates, in the order to test them: (1) the release round
-// trip: a slot is refilled only after the slower CTA's consumers released it through a remote
-// arrive, and the producer's try_wait may sleep its full suspend-time hint when the completing
-// arrival comes from another SM (a half-rate result at width 128 looks like one CTA of the pair
-// waiting out a whole slot per slice); (2) fewer co-resident 2-CTA clusters than the split kernel
-// gets (print cudaOccupancyMaxActiveClusters); (3) multicast's own latency against a 6-slot ring.
+// 165 against 366. Every result was correct. The cause was candidate (1)'s cost in another form:
+// each remote slot release was mbarrier.arrive.release.cluster, about a GPU-wide fence per K slice
+// per consumer. A slot release only has to order this CTA's own (finished) wgmma reads of its
+// slot before the peer's multicast overwrites it: CTA scope is enough, as in CUTLASS's
+// ClusterBarrier::arrive(cta_id) (ops/tensor_core/tma.cuh, ArriveScope). Predicted: the pair back
+// to the unpaired rate or slightly above (+0-5% at 1000^3). Measured with kCta (H200, 2026-12-02,
+// results bench/results/2026-12-02_d9ac124_h200_gemm_dispatch.txt), FP16 out: 1000^3 150 (N/N;
+// unpaired 151), 149 (N/T; unpaired 159); 4096^3 width 128 676 (unpaired 631), width 256 729
+// (unpaired 737); 3072^3 width 128 626 against 572 unpaired (the one shape where a pair beat the
+// plan, 0.87x cuBLAS against 0.80x). So the coupling now costs about what the saved L2 reads gain;
+// gemm_f16's plan still never pairs (one winning shape is too few to fit a rule on).
 //
 // Edges: rung 12's; M must span an even number of 128-row tile-rows (else n/a), K, N multiples of 8.
 #include "bench/gemm/dense_problem.cuh"
@@ -52,7 +56,7 @@ const char* gemm_multicast_pair(const DenseGemm& g) {
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   if (gt::tile_count(g.M, 1, 1) % 2 != 0) return "needs an even number of 128-row tile-rows";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
-  gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1, /*max_pair=*/1);
+  gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1);
   plan.width = plan.width == 64 ? 128 : plan.width;  // pairs are built for the 256- and 128-wide tiles
   plan.pair = 2;
   gt::launch(p, false, false, gt::Schedule::kPersistent, op, gt::Store::kTma, plan);

@@ -119,7 +119,7 @@ void launch_shape(const GemmProblem& p, bool at, bool bt, bool vector, bool bf16
 /// on the H200, 2026-12-01, bench/gemm/README.md). With beta == 0 the TMA-store epilogue is the best
 /// family, or tied within the spread, on every measured shape (square 1000-8192 in all four layouts,
 /// tall, wide, K = 64, K = 16384, the U-Net's conv-transpose GEMMs): kTmaPlanned, on the tile width
-/// split and pairing of gemm_tma::tile_plan (rungs 12-14: it picked the best forced family, within the
+/// and split of gemm_tma::tile_plan (rungs 12 and 13: it picked the best forced family, within the
 /// spread, on every shape of the 2026-12-01 sweep). With beta != 0 C has
 /// to be read (and where C's base or row stride is not 16-byte aligned TMA cannot store it), so the
 /// epilogue runs from the registers; that variant lost to mma.sync wherever the

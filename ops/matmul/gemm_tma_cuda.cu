@@ -168,22 +168,19 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
 //   kMinSplitSlices: at 1000^3 (16 slices) the split lost (0.69x against 0.79x unsplit) where the
 //     model predicted a gain, at 1024 x 1024 x 16384 (256 slices) it won (0.91x against 0.70x); not
 //     measured in between, so splits are tried from 64 slices (K > 4032).
-// Pairs (rung 14, bench/gemm/multicast_pair.cu), after the slot release went to CTA scope
-// (ops/tensor_core/tma.cuh, ArriveScope; H200, 2026-12-02, FP16 out, TFLOP/s paired / unpaired at
-// the same width): 1000^3 width 128 159 / 154 (FP32 out 155 / 150), 1024^3 width 128 180 / 185,
-// 2048^3 width 256 607 / 627, 4096^3 width 128 710 / 661 (but width 256 unpaired is faster there).
-// Halving B's L2 reads paid only where the rows are misaligned (every 128-byte box row touches an
-// extra sector) and the tiles fit in one wave; so a plan is paired only there: the unpaired plan's
-// width is 128, the rows of A or B are not 128-byte multiples, the tile-rows are even, and every
-// tile, paired or not, is resident at once (one wave of each). Anything else stays unpaired
-// (not measured to win).
+// The pair plan (rung 14) is not a candidate. Forced in --dispatch with its first slot release
+// (cluster scope) it lost on every shape (1000^3 0.50x cuBLAS against 0.79x unpaired); with the
+// release at CTA scope (2026-12-02, bench/gemm/multicast_pair.cu) it ties or loses to the plan's
+// unpaired tile everywhere but 3072^3 (width 128: 600-626 TFLOP/s against the plan's 549-575), too
+// few shapes to fit a rule on: 1000^3 N/N 150 against 151, N/T 149 against 159, 1024^3 174 against
+// 181, 4096^3 width 256 729 against 738.
 constexpr double kEfficiency128 = 0.87;
 constexpr double kEfficiency64 = 0.60;
 constexpr double kEfficiency64Unaligned = 0.39;
 constexpr double kReduceSlices = 5.3;
 constexpr int kMinSplitSlices = 64;
 
-TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split, int max_pair) {
+TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split) {
   const int64_t k_tiles = (p.K + kBlockK - 1) / kBlockK;
   const bool rows_aligned = p.lda % 64 == 0 && p.ldb % 64 == 0;  // 128-byte rows (64 halfs)
   const TilePlan candidates[] = {{256, 1}, {128, 1}, {64, 1}, {128, 2}, {64, 2}};
@@ -208,18 +205,7 @@ TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split, int max_pai
       best = c;
     }
   }
-  if (max_pair >= 2 && best.split == 1 && best.width == 128 && !rows_aligned && tiles_m(p.M) % 2 == 0) {
-    const int64_t tiles = tile_count(p.M, p.N, 128);
-    if (tiles <= sms && tiles <= pair_capacity(128, "gemm_f16 (tile_plan)")) best.pair = 2;
-  }
   return best;
-}
-
-int64_t pair_capacity(int tile_n, const char* op) {
-  check_plan({tile_n, 1, 2}, op);
-  const int clusters =
-      tile_n == 256 ? resident_clusters<false, false, 256, 1, 2>(op) : resident_clusters<false, false, 128, 1, 2>(op);
-  return 2 * static_cast<int64_t>(clusters);
 }
 
 int64_t split_capacity(int tile_n, const char* op) {

@@ -52,21 +52,12 @@ struct TilePlan {
 /// The constants and their measurements are in gemm_tma_cuda.cu. A split is tried only from 64
 /// slices of 64 along K (K > 4032) and where 2-CTA clusters of its kernel fit (split_capacity, asked
 /// then); its waves count those clusters' CTAs, not the SMs. max_split 1 leaves splits out (rung 12).
-/// Then a 128-wide unsplit plan is paired (rung 14: pair 2) where the rows of A or B are not
-/// multiples of 128 bytes, the tile-rows are even and all its tiles fit in one wave both unpaired
-/// (sms) and paired (pair_capacity, asked then): the only regime where pairing measured faster
-/// (1000^3: 1.03x; gemm_tma_cuda.cu). max_pair 1 leaves pairs out (rungs 12 and 14).
-TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split = 2, int max_pair = 2);
+TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split = 2);
 
 /// How many CTAs of 2-CTA clusters of the split kernel of this width (128 or 64) can be resident at
 /// once (2 x cudaOccupancyMaxActiveClusters; 0 where none fits, e.g. a partitioned GPU). Queried once
 /// per width. Throws halfgrad::Error naming op for another width.
 int64_t split_capacity(int tile_n, const char* op);
-
-/// How many CTAs of 2-CTA clusters of the pair kernel of this width (256 or 128) can be resident at
-/// once (2 x cudaOccupancyMaxActiveClusters; 0 where none fits). Queried once per width. Throws
-/// halfgrad::Error naming op for another width.
-int64_t pair_capacity(int tile_n, const char* op);
 
 /// Throws halfgrad::Error naming op unless the plan is one the kernel is built for.
 void check_plan(TilePlan plan, const char* op);
