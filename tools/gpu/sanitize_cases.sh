@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
-# sanitize_cases.sh - compute-sanitizer over the CUDA test cases one case at a time, resumable across
-# device calls. Under racecheck the whole CUDA suite runs far longer than one 10-minute call (on the
-# H200, 2026-12-02: 33 of 147 cases in 440 s; one UNet3d determinism case alone took longer than the
-# rest of that call), and doctest's --first did not select a range there, so this script selects each
-# case by its exact name (-tc, with doctest's separators escaped) and stops before its time runs out,
-# printing where the next call resumes.
+# sanitize_cases.sh - compute-sanitizer over the CUDA test cases one case at a time, JOBS cases at once,
+# resumable across device calls. Under racecheck the whole CUDA suite runs far longer than one 10-minute
+# call (on the H200, 2026-12-02, serially: 33 of 147 cases in 440 s; one UNet3d determinism case alone
+# took longer than the rest of that call), and doctest's --first did not select a range there, so this
+# script selects each case by its exact name (-tc, with doctest's separators escaped), runs JOBS
+# sanitizer processes side by side (each its own CUDA context on the one GPU; the sanitizer's host-side
+# work is most of their time), and stops starting cases before its time runs out, printing which cases
+# the next call should run.
 #   bash tools/gpu/sanitize_cases.sh TOOL FIRST BUDGET_S [FILTER]
 # TOOL: memcheck, racecheck, initcheck or synccheck. FIRST: the 0-based index of the first case (in
 # doctest's listing of the FILTER'ed cases, file order). BUDGET_S: seconds this call may use; a case is
-# started only while more than PER_CASE_S (default 60) of them are left, and each runs under
-# `timeout` of what is left. FILTER: doctest -sf (default '*cuda*'). Logs go to $OUT/sanitize_TOOL/,
-# one per case, and a summary line per case to $OUT/sanitize_TOOL.txt: index, rc, seconds, the
-# sanitizer's summary, the name. rc 124 is a case the budget cut short (not a verdict).
+# started only while more than PER_CASE_S (default 60) of them are left, and each runs under `timeout`
+# of what is left. FILTER: doctest -sf (default '*cuda*'). ONLY="3 17 40" runs just those indices
+# (the resume line printed at the end names them). JOBS (default 6) cases run at once.
+# Logs go to $OUT/sanitize_TOOL/, one per case, and a summary line per case, in index order, to
+# $OUT/sanitize_TOOL.txt: index, rc, seconds, the sanitizer's summary, doctest's count, the name.
+# rc 124 is a case the budget cut short (not a verdict). Exits 1 when any finished case failed.
 # Runs from the repository root with the build of tools/gpu/device_build.sh (build-gpu/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 tool=${1:?tool}; first=${2:?first index}; budget=${3:?budget seconds}; filter=${4:-*cuda*}
 per_case=${PER_CASE_S:-60}
+jobs=${JOBS:-6}
 T=${TESTS:-build-gpu/tests/halfgrad_tests}
 [ -x "$T" ] || { echo "sanitize_cases.sh: $T is missing: run tools/gpu/device_build.sh first" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-results}
-mkdir -p "$OUT/sanitize_$tool"
+logs=$OUT/sanitize_$tool
+mkdir -p "$logs"
 export LD_LIBRARY_PATH=/tmp/halfgrad-nifti/lib:$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
 export HIPPO=${HIPPO:-$PWD/.carry/data/hippocampus}
 
@@ -29,26 +35,66 @@ export HIPPO=${HIPPO:-$PWD/.carry/data/hippocampus}
 mapfile -t names < <("$T" -sf="$filter" --list-test-cases --no-version=true 2>/dev/null |
   grep -v -E '^\[doctest\]|^=+$|^skipped: ' | sed '/^$/d')
 total=${#names[@]}
-echo "sanitize_cases.sh: $total cases under -sf='$filter'; $tool from $first, budget $budget s"
-start=$SECONDS
-i=$first
-while [ "$i" -lt "$total" ]; do
-  left=$((budget - (SECONDS - start)))
-  [ "$left" -gt "$per_case" ] || break
-  name=${names[$i]}
-  # -tc takes a comma-separated list of wildcard patterns: a comma in the name is escaped.
-  pattern=${name//,/\\,}
-  s=$SECONDS
-  timeout "$left" compute-sanitizer --tool "$tool" --error-exitcode 9 "$T" -tc="$pattern" > "$OUT/sanitize_$tool/case_$i.log" 2>&1
-  rc=$?
-  summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize_$tool/case_$i.log" | tail -1)
-  ran=$(grep -E "^\[doctest\] test cases:" "$OUT/sanitize_$tool/case_$i.log" | tail -1)
-  printf '%d\trc %d\t%d s\t%s\t%s\t%s\n' "$i" "$rc" $((SECONDS - s)) "$summary" "$ran" "$name" | tee -a "$OUT/sanitize_$tool.txt"
-  [ "$rc" -eq 124 ] && break
-  i=$((i + 1))
-done
-if [ "$i" -lt "$total" ]; then
-  echo "sanitize_cases.sh: stopped at case $i of $total: resume with  bash tools/gpu/sanitize_cases.sh $tool $i BUDGET '$filter'"
+if [ -n "${ONLY:-}" ]; then
+  read -r -a todo <<< "$ONLY"
 else
-  echo "sanitize_cases.sh: all $total cases done"
+  todo=()
+  for ((i = first; i < total; i++)); do todo+=("$i"); done
 fi
+echo "sanitize_cases.sh: $total cases under -sf='$filter'; $tool over ${#todo[@]} of them, $jobs at a time, budget $budget s"
+deadline=$((SECONDS + budget))
+
+# One case: its log, and its summary line in its own file (the jobs finish in any order).
+run_case() {
+  local i=$1 left=$2 name=${names[$1]} s=$SECONDS rc
+  # -tc takes a comma-separated list of wildcard patterns: a comma in the name is escaped.
+  local pattern=${name//,/\\,}
+  timeout "$left" compute-sanitizer --tool "$tool" --error-exitcode 9 "$T" -tc="$pattern" > "$logs/case_$i.log" 2>&1
+  rc=$?
+  local summary ran
+  summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logs/case_$i.log" | tail -1)
+  ran=$(grep -E "^\[doctest\] test cases:" "$logs/case_$i.log" | tail -1)
+  printf '%d\trc %d\t%d s\t%s\t%s\t%s\n' "$i" "$rc" $((SECONDS - s)) "$summary" "$ran" "$name" > "$logs/case_$i.line"
+  cat "$logs/case_$i.line"
+}
+
+started=()
+for i in "${todo[@]}"; do
+  [ "$i" -lt "$total" ] || continue
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  left=$((deadline - SECONDS))
+  [ "$left" -gt "$per_case" ] || break
+  rm -f "$logs/case_$i.line"
+  run_case "$i" "$left" &
+  started+=("$i")
+done
+wait
+
+# The summary in index order; what is left (cut short, or never started) is the next call's ONLY.
+: > "$OUT/sanitize_$tool.txt"
+rest=() failed=0
+for i in "${todo[@]}"; do
+  [ "$i" -lt "$total" ] || continue
+  if [ -f "$logs/case_$i.line" ]; then
+    cat "$logs/case_$i.line" >> "$OUT/sanitize_$tool.txt"
+    rc=$(cut -f2 "$logs/case_$i.line")
+    case $rc in
+      "rc 0") ;;
+      "rc 124") rest+=("$i") ;;
+      *) failed=1 ;;
+    esac
+  else
+    rest+=("$i")
+  fi
+done
+echo "sanitize_cases.sh: ${#started[@]} cases started; $(grep -c $'\trc 0\t' "$OUT/sanitize_$tool.txt") passed; ${#rest[@]} left"
+if [ "$failed" -ne 0 ]; then
+  echo "sanitize_cases.sh: FAILED cases:"
+  grep -v -E $'\trc (0|124)\t' "$OUT/sanitize_$tool.txt"
+fi
+if [ "${#rest[@]}" -gt 0 ]; then
+  echo "sanitize_cases.sh: resume with  ONLY=\"${rest[*]}\" bash tools/gpu/sanitize_cases.sh $tool 0 BUDGET '$filter'"
+else
+  echo "sanitize_cases.sh: all ${#todo[@]} cases done"
+fi
+exit "$failed"
