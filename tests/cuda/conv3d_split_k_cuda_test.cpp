@@ -128,24 +128,41 @@ void check_case(const SplitCase& c, uint64_t seed) {
 
 }  // namespace
 
-CUDA_TEST_CASE("conv3d cuda split-K f16/bf16 NCDHW/NDHWC k3 p1 fprop and dgrad with bias: rule, forced slices, unsplit, CPU float64") {
-  const std::vector<SplitCase> cases = {
-      // n cin cout d h w bias forced slice counts
-      {4, 256, 256, 4, 4, 4, true, {2, 7, 27}},
-      {4, 128, 128, 8, 8, 8, true, {3, 8}},
-      {1, 64, 64, 16, 16, 16, true, {2}},
-      {2, 40, 24, 3, 5, 7, true, {2, 3, 7, 40}},
-      {2, 40, 24, 3, 5, 7, false, {5}},
-      {2, 17, 5, 3, 5, 7, true, {2, 3, 16}},
-  };
-  // The layers split-K is for do split by the rule on a GPU with room for it (an H200 has 132 SMs: 33x
-  // the 256-channel layer's 4 tiles, 8x the 128-channel layer's 16).
-  if (cuda::sm_count() >= 32) {
-    CHECK(rule_slices_at_least(256, 256, 27 * 256) > 1);
-    CHECK(rule_slices_at_least(2048, 128, 27 * 128) > 1);
-  }
-  uint64_t seed = 7100;
-  for (const SplitCase& c : cases) check_case(c, seed += 10);
+// One case per shape (each short enough for compute-sanitizer's racecheck, tools/gpu/sanitize_cases.sh);
+// the seeds are those the shapes had in one loop (7110, 7120, ...).
+// n cin cout d h w bias, forced slice counts.
+CUDA_TEST_CASE("conv3d cuda split-K f16/bf16 NCDHW/NDHWC k3 p1 fprop and dgrad: 256 -> 256 at 4^3 batch 4 with bias: rule, "
+               "2/7/27 slices, unsplit, CPU float64") {
+  // The layer split-K is for does split by the rule on a GPU with room for it (an H200 has 132 SMs:
+  // 33x its 4 tiles).
+  if (cuda::sm_count() >= 32) CHECK(rule_slices_at_least(256, 256, 27 * 256) > 1);
+  check_case({4, 256, 256, 4, 4, 4, true, {2, 7, 27}}, 7110);
+}
+
+CUDA_TEST_CASE("conv3d cuda split-K f16/bf16 NCDHW/NDHWC k3 p1 fprop and dgrad: 128 -> 128 at 8^3 batch 4 with bias: rule, "
+               "3/8 slices, unsplit, CPU float64") {
+  if (cuda::sm_count() >= 32) CHECK(rule_slices_at_least(2048, 128, 27 * 128) > 1);  // 8x its 16 tiles
+  check_case({4, 128, 128, 8, 8, 8, true, {3, 8}}, 7120);
+}
+
+CUDA_TEST_CASE("conv3d cuda split-K f16/bf16 NCDHW/NDHWC k3 p1 fprop and dgrad: 64 -> 64 at 16^3 with bias (128 x 64 tile): "
+               "rule, 2 slices, unsplit, CPU float64") {
+  check_case({1, 64, 64, 16, 16, 16, true, {2}}, 7130);
+}
+
+CUDA_TEST_CASE("conv3d cuda split-K f16/bf16 NCDHW/NDHWC k3 p1 fprop and dgrad: 40 -> 24 at 3x5x7 with bias (short tile, "
+               "empty slices): rule, 2/3/7/40 slices, unsplit, CPU float64") {
+  check_case({2, 40, 24, 3, 5, 7, true, {2, 3, 7, 40}}, 7140);
+}
+
+CUDA_TEST_CASE("conv3d cuda split-K f16/bf16 NCDHW/NDHWC k3 p1 fprop and dgrad: 40 -> 24 at 3x5x7 without bias: rule, "
+               "5 slices, unsplit, CPU float64") {
+  check_case({2, 40, 24, 3, 5, 7, false, {5}}, 7150);
+}
+
+CUDA_TEST_CASE("conv3d cuda split-K f16/bf16 NCDHW/NDHWC k3 p1 fprop and dgrad: 17 -> 5 at 3x5x7 with bias (odd N, "
+               "element gathers): rule, 2/3/16 slices, unsplit, CPU float64") {
+  check_case({2, 17, 5, 3, 5, 7, true, {2, 3, 16}}, 7160);
 }
 
 CUDA_TEST_CASE("conv_transpose3d cuda split-K f16/bf16 with bias: scatter epilogue (k2 s2) and dgrad_with_bias (k3 s2 p1) vs CPU float64") {

@@ -113,24 +113,39 @@ std::string first_difference(const std::vector<unsigned char>& a, const std::vec
   return "";
 }
 
-void check_cuda_same_bits(bool amp, MemoryFormat format) {
+// The setups, in three groups of test cases (each with its own reference run, so that a case stays
+// short enough for compute-sanitizer's racecheck, tools/gpu/sanitize_cases.sh).
+enum class Setups { kCache, kCacheLayout, kPoisonInstruments };
+
+std::vector<CudaRunSetup> setups_of(Setups group) {
+  std::vector<CudaRunSetup> setups;
+  auto add = [&](const std::string& what) -> CudaRunSetup& {
+    setups.emplace_back();
+    setups.back().what = what;
+    return setups.back();
+  };
+  switch (group) {
+    case Setups::kCache:
+      add("the reference again (cache warm with its own blocks)");
+      add("cuda::empty_cache() first").empty_cache = true;
+      break;
+    case Setups::kCacheLayout:
+      add("cache pre-filled by another model's run").prefill = true;
+      add("cache fragmented (assorted live and cached NaN blocks)").fragment = true;
+      break;
+    case Setups::kPoisonInstruments:
+      add("poison 0x00").poison = 0x00;
+      add("poison 0xFF").poison = 0xFF;
+      add("instruments on (precision report, grad stats, anomaly mode)").instruments = true;
+      break;
+  }
+  return setups;
+}
+
+void check_cuda_same_bits(bool amp, MemoryFormat format, Setups group) {
   cuda::empty_cache();
   const std::vector<unsigned char> ref = run_cuda(CudaRunSetup(), amp, format);
-  std::vector<CudaRunSetup> setups(7);
-  setups[0].what = "the reference again (cache warm with its own blocks)";
-  setups[1].what = "cuda::empty_cache() first";
-  setups[1].empty_cache = true;
-  setups[2].what = "cache pre-filled by another model's run";
-  setups[2].prefill = true;
-  setups[3].what = "cache fragmented (assorted live and cached NaN blocks)";
-  setups[3].fragment = true;
-  setups[4].what = "poison 0x00";
-  setups[4].poison = 0x00;
-  setups[5].what = "poison 0xFF";
-  setups[5].poison = 0xFF;
-  setups[6].what = "instruments on (precision report, grad stats, anomaly mode)";
-  setups[6].instruments = true;
-  for (const CudaRunSetup& s : setups) {
+  for (const CudaRunSetup& s : setups_of(group)) {
     const std::string diff = first_difference(ref, run_cuda(s, amp, format));
     CHECK_MESSAGE(diff.empty(), std::string(amp ? "autocast + GradScaler" : "FP32") << ", "
                                     << (format == MemoryFormat::ChannelsLast3d ? "NDHWC" : "NCDHW") << ": " << s.what
@@ -140,15 +155,49 @@ void check_cuda_same_bits(bool amp, MemoryFormat format) {
 
 }  // namespace
 
-CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) f32 NCDHW, 3 AdamW steps: bit-identical across the caching "
-               "allocator's state, poison and instruments") {
-  check_cuda_same_bits(false, MemoryFormat::Contiguous);
+// UNet3d (12, 24 / 48), 3 AdamW steps: FP32 NCDHW; autocast f16 + GradScaler, NCDHW and NDHWC; each
+// against the cache's state (warm, emptied), its layout (pre-filled, fragmented), and poison and
+// instruments.
+CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) f32 NCDHW, 3 AdamW steps: bit-identical with the cache warm or emptied") {
+  check_cuda_same_bits(false, MemoryFormat::Contiguous, Setups::kCache);
 }
 
-CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) autocast f16 + GradScaler NCDHW and NDHWC, 3 AdamW steps: "
-               "bit-identical across the caching allocator's state, poison and instruments") {
-  check_cuda_same_bits(true, MemoryFormat::Contiguous);
-  check_cuda_same_bits(true, MemoryFormat::ChannelsLast3d);
+CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) f32 NCDHW, 3 AdamW steps: bit-identical with the cache pre-filled or fragmented") {
+  check_cuda_same_bits(false, MemoryFormat::Contiguous, Setups::kCacheLayout);
+}
+
+CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) f32 NCDHW, 3 AdamW steps: bit-identical under poison 0x00/0xFF and instruments") {
+  check_cuda_same_bits(false, MemoryFormat::Contiguous, Setups::kPoisonInstruments);
+}
+
+CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) autocast f16 + GradScaler NCDHW, 3 AdamW steps: bit-identical with "
+               "the cache warm or emptied") {
+  check_cuda_same_bits(true, MemoryFormat::Contiguous, Setups::kCache);
+}
+
+CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) autocast f16 + GradScaler NDHWC, 3 AdamW steps: bit-identical with "
+               "the cache warm or emptied") {
+  check_cuda_same_bits(true, MemoryFormat::ChannelsLast3d, Setups::kCache);
+}
+
+CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) autocast f16 + GradScaler NCDHW, 3 AdamW steps: bit-identical with "
+               "the cache pre-filled or fragmented") {
+  check_cuda_same_bits(true, MemoryFormat::Contiguous, Setups::kCacheLayout);
+}
+
+CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) autocast f16 + GradScaler NDHWC, 3 AdamW steps: bit-identical with "
+               "the cache pre-filled or fragmented") {
+  check_cuda_same_bits(true, MemoryFormat::ChannelsLast3d, Setups::kCacheLayout);
+}
+
+CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) autocast f16 + GradScaler NCDHW, 3 AdamW steps: bit-identical under "
+               "poison 0x00/0xFF and instruments") {
+  check_cuda_same_bits(true, MemoryFormat::Contiguous, Setups::kPoisonInstruments);
+}
+
+CUDA_TEST_CASE("determinism cuda: UNet3d (12,24 / 48) autocast f16 + GradScaler NDHWC, 3 AdamW steps: bit-identical under "
+               "poison 0x00/0xFF and instruments") {
+  check_cuda_same_bits(true, MemoryFormat::ChannelsLast3d, Setups::kPoisonInstruments);
 }
 
 CUDA_TEST_CASE("cuda allocator: poison fills fresh and reused blocks; set_poison refuses values outside 0..255, -1") {

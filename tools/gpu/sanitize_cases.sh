@@ -11,15 +11,18 @@
 # TOOL: memcheck, racecheck, initcheck or synccheck. FIRST: the 0-based index of the first case (in
 # doctest's listing of the FILTER'ed cases, file order). BUDGET_S: seconds this call may use; a case is
 # started only while more than PER_CASE_S (default 60) of them are left, and each runs under `timeout`
-# of what is left. FILTER: doctest -sf (default '*cuda*'). ONLY="3 17 40" runs just those indices
-# (the resume line printed at the end names them). JOBS (default 6) cases run at once.
-# Logs go to $OUT/sanitize_TOOL/, one per case, and a summary line per case, in index order, to
-# $OUT/sanitize_TOOL.txt: index, rc, seconds, the sanitizer's summary, doctest's count, the name.
+# of what is left. FILTER: doctest -sf; without it, the CUDA cases: every case of a file matching
+# *cuda* and, after them, every other case with "cuda" in its name (doctest matches case-blind: the
+# DDP, loader and graph-step cases of tests/dist and tests/examples). MATCH='regex' keeps the listed
+# names grep -E matches. ONLY="3 17 40" runs just those indices (the resume line printed at the end
+# names them). JOBS (default 6) cases run at once.
+# A summary line per case, in index order, goes to $OUT/sanitize_TOOL.txt: index, rc, seconds, the
+# sanitizer's summary, doctest's count, the name; the per-case logs to $OUT/sanitize_TOOL_logs.tgz.
 # rc 124 is a case the budget cut short (not a verdict). Exits 1 when any finished case failed.
 # Runs from the repository root with the build of tools/gpu/device_build.sh (build-gpu/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-tool=${1:?tool}; first=${2:?first index}; budget=${3:?budget seconds}; filter=${4:-*cuda*}
+tool=${1:?tool}; first=${2:?first index}; budget=${3:?budget seconds}; filter=${4:-}
 per_case=${PER_CASE_S:-60}
 jobs=${JOBS:-6}
 T=${TESTS:-build-gpu/tests/halfgrad_tests}
@@ -32,16 +35,24 @@ export HIPPO=${HIPPO:-$PWD/.carry/data/hippocampus}
 
 # doctest lists one case per line between its banner lines; without a GPU, CUDA_TEST_CASE also
 # prints "skipped: <name>: ..." lines, which are not names.
-mapfile -t names < <("$T" -sf="$filter" --list-test-cases --no-version=true 2>/dev/null |
-  grep -v -E '^\[doctest\]|^=+$|^skipped: ' | sed '/^$/d')
+list() {
+  "$T" "$@" --list-test-cases --no-version=true 2>/dev/null | grep -v -E '^\[doctest\]|^=+$|^skipped: ' | sed '/^$/d'
+}
+if [ -n "$filter" ]; then
+  mapfile -t names < <(list -sf="$filter" | grep -E "${MATCH:-.}")
+else
+  mapfile -t names < <({ list -sf='*cuda*'; list -tc='*cuda*'; } | awk '!seen[$0]++' | grep -E "${MATCH:-.}")
+  filter='*cuda* files, and cuda in the name'
+fi
 total=${#names[@]}
+[ "$total" -gt 0 ] || { echo "sanitize_cases.sh: no case listed (filter '$filter', MATCH '${MATCH:-}')" >&2; exit 2; }
 if [ -n "${ONLY:-}" ]; then
   read -r -a todo <<< "$ONLY"
 else
   todo=()
   for ((i = first; i < total; i++)); do todo+=("$i"); done
 fi
-echo "sanitize_cases.sh: $total cases under -sf='$filter'; $tool over ${#todo[@]} of them, $jobs at a time, budget $budget s"
+echo "sanitize_cases.sh: $total cases ($filter${MATCH:+, MATCH '$MATCH'}); $tool over ${#todo[@]} of them, $jobs at a time, budget $budget s"
 deadline=$((SECONDS + budget))
 
 # One case: its log, and its summary line in its own file (the jobs finish in any order).
@@ -87,13 +98,14 @@ for i in "${todo[@]}"; do
     rest+=("$i")
   fi
 done
+tar czf "$OUT/sanitize_${tool}_logs.tgz" -C "$OUT" "sanitize_$tool" && rm -rf "$logs"
 echo "sanitize_cases.sh: ${#started[@]} cases started; $(grep -c $'\trc 0\t' "$OUT/sanitize_$tool.txt") passed; ${#rest[@]} left"
 if [ "$failed" -ne 0 ]; then
   echo "sanitize_cases.sh: FAILED cases:"
   grep -v -E $'\trc (0|124)\t' "$OUT/sanitize_$tool.txt"
 fi
 if [ "${#rest[@]}" -gt 0 ]; then
-  echo "sanitize_cases.sh: resume with  ONLY=\"${rest[*]}\" bash tools/gpu/sanitize_cases.sh $tool 0 BUDGET '$filter'"
+  echo "sanitize_cases.sh: resume with  ONLY=\"${rest[*]}\" ${MATCH:+MATCH='$MATCH' }bash tools/gpu/sanitize_cases.sh $tool 0 BUDGET${4:+ '$4'}"
 else
   echo "sanitize_cases.sh: all ${#todo[@]} cases done"
 fi
