@@ -7,7 +7,8 @@
 #   bash tools/gpu/device_build.sh && export OUT && bash bench/run_gpu_bench.sh tests step ...
 # It configures build-gpu/ (shared libraries, sm_90 machine code, as pack.sh's build-dev), builds every
 # target and links .carry/build to it, where run_gpu_bench.sh looks. A second call on a warm machine
-# rebuilds only what changed.
+# rebuilds only what changed. TARGETS="halfgrad_tests ..." builds just those (a sanitizer call needs
+# only the tests).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build-gpu}
@@ -24,6 +25,6 @@ mkdir -p .carry/lib && cp -L $N/lib/*.so.* .carry/lib/ 2>/dev/null || true
 # Every target that can be built is (ninja -k 0); a failed file prints its errors and the status is 1,
 # but the programs that did build are in place for the checks that follow.
 rc=0
-cmake --build $B -j "$(nproc)" -- -k 0 > $B.build.log 2>&1 || { rc=1; grep -E "error|FAILED" -A4 $B.build.log | head -60; }
+cmake --build $B -j "$(nproc)" ${TARGETS:+--target $TARGETS} -- -k 0 > $B.build.log 2>&1 || { rc=1; grep -E "error|FAILED" -A4 $B.build.log | head -60; }
 echo "device_build.sh: built $B in $((SECONDS - s)) s (rc $rc)"
 exit $rc
