@@ -30,6 +30,8 @@ fi
 if want sanitize; then
   echo "== compute-sanitizer memcheck / racecheck / initcheck on the CUDA tests"
   # initcheck: a kernel that reads device memory nothing wrote (the CUDA twin of the CPU poison check).
+  # One process over the suite, cut at SANITIZE_TIMEOUT: a smoke check. Under racecheck the whole CUDA
+  # suite outlasts a device call; tools/gpu/sanitize_cases.sh runs it case by case, in parallel, resumable.
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck}; do extra=""; [ $tool = memcheck ] && extra="--report-api-errors no";
     t timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool $extra --error-exitcode 9 build/tests/halfgrad_tests -sf='*cuda*' > "$OUT/sanitizer_$tool.log" 2>&1
     echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|Uninitialized" "$OUT/sanitizer_$tool.log" | sort | uniq -c | head -8
