@@ -18,7 +18,8 @@
 # names them). JOBS (default 6) cases run at once.
 # A summary line per case, in index order, goes to $OUT/sanitize_TOOL.txt: index, rc, seconds, the
 # sanitizer's summary, doctest's count, the name; the per-case logs to $OUT/sanitize_TOOL_logs.tgz.
-# rc 124 is a case the budget cut short (not a verdict). Exits 1 when any finished case failed.
+# rc 124 is a case the budget cut short (not a verdict); rc 3 a name that selected no case (doctest
+# passes an empty selection). Exits 1 when any finished case failed.
 # Runs from the repository root with the build of tools/gpu/device_build.sh (build-gpu/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,6 +66,8 @@ run_case() {
   local summary ran
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logs/case_$i.log" | tail -1)
   ran=$(grep -E "^\[doctest\] test cases:" "$logs/case_$i.log" | tail -1)
+  # A pattern that selected no case passes in doctest: rc 3 says the name did not select itself.
+  if [ "$rc" -eq 0 ] && ! grep -qE 'test cases: +[1-9]' <<< "$ran"; then rc=3; fi
   printf '%d\trc %d\t%d s\t%s\t%s\t%s\n' "$i" "$rc" $((SECONDS - s)) "$summary" "$ran" "$name" > "$logs/case_$i.line"
   cat "$logs/case_$i.line"
 }
