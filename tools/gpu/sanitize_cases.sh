@@ -4,9 +4,9 @@
 # call (on the H200, 2026-12-02, serially: 33 of 147 cases in 440 s; one UNet3d determinism case alone
 # took longer than the rest of that call), and doctest's --first did not select a range there, so this
 # script selects each case by its exact name (-tc, with doctest's separators escaped), runs JOBS
-# sanitizer processes side by side (each its own CUDA context on the one GPU; the sanitizer's host-side
-# work is most of their time), and stops starting cases before its time runs out, printing which cases
-# the next call should run.
+# sanitizer processes side by side (each its own CUDA context on the one GPU: 10 at once took the 147
+# cases of the *cuda* files through 144 in 390 s), and stops starting cases before its time runs out,
+# printing which cases the next call should run.
 #   bash tools/gpu/sanitize_cases.sh TOOL FIRST BUDGET_S [FILTER]
 # TOOL: memcheck, racecheck, initcheck or synccheck. FIRST: the 0-based index of the first case (in
 # doctest's listing of the FILTER'ed cases, file order). BUDGET_S: seconds this call may use; a case is
