@@ -9,6 +9,10 @@
 //                        choice) beside cuBLAS on square, tall, wide, small-K, U-Net conv-transpose
 //                        and odd shapes, N/N and other layouts, FP32 and FP16 output: the measurement
 //                        behind gemm_cuda.cu's dispatch rule. A few minutes.
+//   gemm_bench --dependent  rung 15: gemm_f16's planned TMA kernel launched serially and by
+//                        programmatic dependent launch, beside cuBLAS, each timed per launch and as a
+//                        stream of back-to-back launches (time_stream_ms), on the sizes issue 12 names
+//                        and the U-Net's conv-transpose GEMMs. About a minute.
 //   gemm_bench --profile M N K  each family launched 3 times on one N/N problem, untimed: for ncu.
 //   gemm_bench --sweep   every tile configuration of gemm_sweep.cu (the production block function
 //                        with other compile-time shapes) and gemm_f16 itself, checked and timed at
@@ -217,6 +221,30 @@ double time_ms(const std::function<void(int)>& launch, int sets, int runs) {
   return runs % 2 ? ms[runs / 2] : 0.5 * (ms[runs / 2 - 1] + ms[runs / 2]);
 }
 
+/// Milliseconds per launch of a stream of `runs` launches queued back to back between two events (no
+/// event between launches: what a program that queues GEMM after GEMM sees, and the only way a
+/// programmatic dependent launch's overlap with the kernel before it shows); the fastest of 3 such
+/// streams. launch(i) runs the kernel on input set i % sets.
+double time_stream_ms(const std::function<void(int)>& launch, int sets, int runs) {
+  for (int i = 0; i < 3; ++i) launch(i % sets);
+  cudaEvent_t ev[2];
+  for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
+  double best = INFINITY;
+  for (int rep = 0; rep < 3; ++rep) {
+    spin_kernel<<<1, 1, 0, stream()>>>(5'000'000);
+    HG_CUDA_LAUNCH_CHECK("gemm_bench spin");
+    BENCH_CUDA(cudaEventRecord(ev[0], stream()));
+    for (int i = 0; i < runs; ++i) launch((i + 3) % sets);
+    BENCH_CUDA(cudaEventRecord(ev[1], stream()));
+    BENCH_CUDA(cudaEventSynchronize(ev[1]));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+    best = std::min(best, static_cast<double>(ms) / runs);
+  }
+  for (auto& e : ev) BENCH_CUDA(cudaEventDestroy(e));
+  return best;
+}
+
 int g_failures = 0;
 
 const char* verdict(double err) {
@@ -291,6 +319,7 @@ void run_size(const Size& s, int64_t l2_bytes) {
       rung("tile_width", halfgrad::bench::gemm_tile_width),
       rung("split_k_cluster", halfgrad::bench::gemm_split_k_cluster),
       rung("multicast_pair", halfgrad::bench::gemm_multicast_pair),
+      rung("dependent_launch", halfgrad::bench::gemm_dependent_launch),
       {"gemm_f16 (f32 out)", false, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, false)); return (const char*)nullptr; }},
       {"gemm_f16 (f16 out)", true, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, true)); return (const char*)nullptr; }},
   };
@@ -616,6 +645,7 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
                              {"split_64", GemmPath::kTmaSplit64, false},
                              {"pair_256", GemmPath::kTmaPair256, false},
                              {"pair_128", GemmPath::kTmaPair128, false},
+                             {"planned_serial", GemmPath::kTmaPlannedSerial, false},
                              {"auto", GemmPath::kAuto, false}};
   constexpr int kFamilies = sizeof(families) / sizeof(families[0]);
   // Every family is timed kRounds times, the rounds interleaved (family 0, 1, ..., then again), and
@@ -695,6 +725,99 @@ void run_profile(int64_t M, int64_t N, int64_t K) {
   BENCH_CUDA(cudaDeviceSynchronize());
 }
 
+/// --dependent: rung 15 (programmatic dependent launch) against the same kernel launched serially
+/// and cuBLAS, each timed both ways: events around every launch (as --dispatch) and a stream of
+/// launches between two events (time_stream_ms). Checked against cuBLAS like --dispatch.
+void run_dependent_shape(const DispatchShape& d, int64_t l2_bytes) {
+  using halfgrad::cuda::GemmPath;
+  const int64_t M = d.M, N = d.N, K = d.K;
+  const bool at = d.a_layout == GemmLayout::T, bt = d.b_layout == GemmLayout::T;
+  const int64_t lda = at ? M : K, ldb = bt ? K : N;
+  const int64_t set_bytes = 2 * (M * K + K * N) + 6 * M * N;
+  const int sets = static_cast<int>(std::clamp<int64_t>((2 * l2_bytes + set_bytes - 1) / set_bytes, 2, 16));
+  std::vector<std::unique_ptr<DeviceBuffer<uint16_t>>> A, B, Ch;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> Cf;
+  for (int i = 0; i < sets; ++i) {
+    A.emplace_back(new DeviceBuffer<uint16_t>(M * K));
+    B.emplace_back(new DeviceBuffer<uint16_t>(K * N));
+    Cf.emplace_back(new DeviceBuffer<float>(M * N));
+    Ch.emplace_back(new DeviceBuffer<uint16_t>(M * N));
+    fill_random(A[i]->ptr, M * K, 9000 * (M + 3 * N + 7 * K) + 2 * i);
+    fill_random(B[i]->ptr, K * N, 9000 * (M + 3 * N + 7 * K) + 2 * i + 1);
+  }
+  auto args = [&](int i, bool c_half) {
+    GemmArgs a{M, N, K, A[i]->ptr, lda, d.a_layout, B[i]->ptr, ldb, d.b_layout,
+               c_half ? static_cast<void*>(Ch[i]->ptr) : static_cast<void*>(Cf[i]->ptr), N, c_half};
+    a.op = "gemm_bench --dependent";
+    return a;
+  };
+  DeviceBuffer<float> ref(M * N);
+  cublas_gemm(args(0, false));
+  BENCH_CUDA(cudaMemcpyAsync(ref.ptr, Cf[0]->ptr, M * N * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+  const double flop = 2.0 * M * N * K;
+  const int runs = flop >= 1e10 ? 10 : 30;
+  auto tflops = [&](double ms) { return flop / (ms * 1e-3) / 1e12; };
+  // cuBLAS, the planned kernel launched serially (rungs 12-13), the same launched dependently (rung 15).
+  const char* names[3] = {"cublas", "serial", "dependent"};
+  const GemmPath paths[3] = {GemmPath::kAuto, GemmPath::kTmaPlannedSerial, GemmPath::kTmaPlanned};
+  std::printf("%-18s %6lldx%6lldx%5lld %s%s", d.what, (long long)M, (long long)N, (long long)K, at ? "T" : "N",
+              bt ? "T" : "N");
+  for (bool c_half : {false, true}) {
+    auto launch = [&](int k, int i) -> const char* {
+      if (k == 0) {
+        cublas_gemm(args(i, c_half));
+        return nullptr;
+      }
+      return halfgrad::cuda::gemm_f16_on(args(i, c_half), paths[k]);
+    };
+    const char* why[3] = {};
+    bool failed[3] = {};
+    void* c0 = c_half ? static_cast<void*>(Ch[0]->ptr) : static_cast<void*>(Cf[0]->ptr);
+    for (int k = 0; k < 3; ++k) {
+      poison(c0, M * N * (c_half ? 2 : 4));
+      why[k] = launch(k, 0);
+      if (why[k] == nullptr) failed[k] = std::strcmp(verdict(relative_error(c0, c_half, ref.ptr, M, N, N)), "PASS") != 0;
+    }
+    double each[3], streamed[3];
+    for (int k = 0; k < 3; ++k) each[k] = streamed[k] = INFINITY;
+    for (int round = 0; round < 3; ++round) {  // interleaved rounds, as --dispatch
+      for (int k = 0; k < 3; ++k) {
+        if (why[k] != nullptr) continue;
+        each[k] = std::min(each[k], time_ms([&](int i) { launch(k, i); }, sets, runs));
+        streamed[k] = std::min(streamed[k], time_stream_ms([&](int i) { launch(k, i); }, sets, runs));
+      }
+    }
+    std::printf("  | %s each/stream:", c_half ? "f16" : "f32");
+    for (int k = 0; k < 3; ++k) {
+      if (why[k] != nullptr) {
+        std::printf(" %s n/a", names[k]);
+        continue;
+      }
+      std::printf(" %s %.0f/%.0f (%.2fx/%.2fx)%s", names[k], tflops(each[k]), tflops(streamed[k]), each[0] / each[k],
+                  streamed[0] / streamed[k], failed[k] ? " FAIL" : "");
+    }
+  }
+  std::printf("\n");
+}
+
+void run_dependent(int64_t l2) {
+  const GemmLayout n = GemmLayout::N, t = GemmLayout::T;
+  const DispatchShape shapes[] = {
+      {"square", 1000, 1000, 1000, n, n},  {"square N/T", 1000, 1000, 1000, n, t},
+      {"square", 1024, 1024, 1024, n, n},  {"square", 2048, 2048, 2048, n, n},
+      {"square", 4096, 4096, 4096, n, n},  {"square", 8192, 8192, 8192, n, n},
+      {"tall", 16384, 256, 1024, n, n},    {"large K", 1024, 1024, 16384, n, n},
+      {"unet up 256->128", 8 * 3 * 4 * 3, 8 * 128, 256, n, t},
+      {"unet up 128->64", 8 * 6 * 8 * 6, 8 * 64, 128, n, t},
+      {"unet up 64->32", 8 * 12 * 16 * 12, 8 * 32, 64, n, t},
+      {"unet up 32->16", 8 * 24 * 32 * 24, 8 * 16, 32, n, t},
+  };
+  std::printf("TFLOP/s timed per launch / as a stream of launches (ratio to cuBLAS timed the same way, same output\n"
+              "type); serial: tile_plan's kernel, ordinary launch; dependent: the same, programmatic dependent launch\n\n");
+  for (const DispatchShape& d : shapes) run_dependent_shape(d, l2);
+  std::printf("\n");
+}
+
 /// --dispatch: TFLOP/s of every family per shape, and the best non-cuBLAS family.
 void run_dispatch(int64_t l2) {
   const GemmLayout n = GemmLayout::N, t = GemmLayout::T;
@@ -744,7 +867,7 @@ void run_ladder(bool quick, int64_t l2) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, sweep = false, dispatch = false;
+  bool quick = false, sweep = false, dispatch = false, dependent = false;
   int64_t profile[3] = {0, 0, 0};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--profile") == 0 && i + 3 < argc) {
@@ -755,8 +878,10 @@ int main(int argc, char** argv) {
       sweep = true;
     } else if (std::strcmp(argv[i], "--dispatch") == 0) {
       dispatch = true;
+    } else if (std::strcmp(argv[i], "--dependent") == 0) {
+      dependent = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick | --sweep | --dispatch | --profile M N K]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick | --sweep | --dispatch | --dependent | --profile M N K]\n", argv[0]);
       return 2;
     }
   }
@@ -774,6 +899,8 @@ int main(int argc, char** argv) {
       run_profile(profile[0], profile[1], profile[2]);
     } else if (dispatch) {
       run_dispatch(l2);
+    } else if (dependent) {
+      run_dependent(l2);
     } else if (sweep) {
       std::printf("TFLOP/s and ratio to cuBLAS (same output type, same run); check: rel. Frobenius error < 1e-3\n\n");
       for (int64_t n : {1024, 4096, 8192}) run_sweep_size(n, l2);

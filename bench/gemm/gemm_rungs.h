@@ -30,5 +30,6 @@ const char* gemm_tma_store_epilogue(const DenseGemm& g);     // sm_90 only
 const char* gemm_tile_width(const DenseGemm& g);             // sm_90 only
 const char* gemm_split_k_cluster(const DenseGemm& g);        // sm_90 only
 const char* gemm_multicast_pair(const DenseGemm& g);         // sm_90 only
+const char* gemm_dependent_launch(const DenseGemm& g);       // sm_90 only
 
 }  // namespace halfgrad::bench

@@ -186,6 +186,9 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
   const bool hopper = !a.bf16 && gemm_wgmma::device_supported(op);
   const bool tma_ok = hopper && gemm_tma::operands_supported(p);
   const bool wgmma_ok = hopper && vector && p.M % 8 == 0 && p.N % 8 == 0 && p.K % 8 == 0;
+  // gemm_f16's own choice queues the TMA kernel by programmatic dependent launch (rung 15,
+  // bench/gemm/dependent_launch.cu); the forced families are the ladder's rungs as they were measured.
+  const bool dependent = path == GemmPath::kAuto || path == GemmPath::kTmaPlanned;
   if (path == GemmPath::kAuto) {
     // The cp.async wgmma kernel (rung 6) was not the best family on any measured shape: not chosen.
     path = tma_ok ? hopper_path(p, sm_count()) : GemmPath::kMmaSync;
@@ -199,7 +202,8 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
     case GemmPath::kTmaSplit64:
     case GemmPath::kTmaPair256:
     case GemmPath::kTmaPair128:
-    case GemmPath::kTmaPlanned: {
+    case GemmPath::kTmaPlanned:
+    case GemmPath::kTmaPlannedSerial: {
       if (!tma_ok) return "needs sm_90, FP16, 16-byte aligned A and B, lda and ldb multiples of 8";
       gemm_tma::TilePlan plan;  // 128 x 256, K not split
       if (path == GemmPath::kTmaStore128) plan = {128, 1};
@@ -209,9 +213,10 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
       if (path == GemmPath::kTmaPair256) plan = {256, 1, 2};
       if (path == GemmPath::kTmaPair128) plan = {128, 1, 2};
       if (plan.pair == 2 && gemm_tma::tile_count(p.M, 1, 1) % 2 != 0) return "needs an even number of 128-row tile-rows";
-      if (path == GemmPath::kTmaPlanned) plan = gemm_tma::tile_plan(p, sm_count());
+      if (path == GemmPath::kTmaPlanned || path == GemmPath::kTmaPlannedSerial) plan = gemm_tma::tile_plan(p, sm_count());
       gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op,
-                       path == GemmPath::kTmaPersistent ? gemm_tma::Store::kRegisters : gemm_tma::Store::kTma, plan);
+                       path == GemmPath::kTmaPersistent ? gemm_tma::Store::kRegisters : gemm_tma::Store::kTma, plan,
+                       dependent ? gemm_tma::Launch::kDependent : gemm_tma::Launch::kSerial);
       return nullptr;
     }
     case GemmPath::kWgmma:

@@ -13,7 +13,10 @@
 // copied with 16-byte asynchronous loads (on sm_90: by TMA); otherwise with 2-byte loads (same result,
 // slower).
 // beta == 0 never reads C. C must not overlap A or B. Runs on halfgrad::cuda::stream() and returns
-// once queued. Errors (halfgrad::Error) name `op` and the shapes.
+// once queued; on sm_90 the TMA kernel is queued by programmatic dependent launch (its CTAs may
+// start their set-up while the kernel before it runs, and wait for that kernel to complete before
+// touching memory: stream order holds as for any launch). Errors (halfgrad::Error) name `op` and the
+// shapes.
 #pragma once
 #include <cstdint>
 

@@ -315,6 +315,14 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   // must be visible cluster-wide.
   if constexpr (kCluster > 1) tc::cluster_sync();
   else __syncthreads();
+  // Programmatic dependent launch (gemm_tma_cuda.cu's Launch::kDependent; no-ops otherwise). Up to
+  // here the CTA touched only its own shared memory and its parameters, so this prologue (and the
+  // CTA's launch) may overlap the previous kernel; from here on it reads A, B (and C) and writes C,
+  // which that kernel may still write or read, so every thread waits for its completion first. Then
+  // the next GEMM may be scheduled at once: its CTAs take the SMs this grid leaves idle, or each SM
+  // as one of these CTAs exits, and run their prologue there before waiting in turn.
+  tc::grid_dependency_wait();
+  tc::launch_dependents();
 
   // The walk is over units: tiles, or (kPair 2) tile pairs, of which this CTA takes tile 2u + rank.
   const int units = tiles_m(p.M) * tiles_n<kBN>(p.N) / kPair;

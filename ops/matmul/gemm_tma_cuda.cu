@@ -5,7 +5,7 @@
 // Mapping: 384-thread CTAs (1 producer + 2 consumer warpgroups), 128 x 256, 128 x 128 or 128 x 64 tiles
 // (TmaTile), one CTA per SM (~225 KiB of shared memory), or clusters of 2 CTAs (cudaLaunchKernelEx with
 // a cluster dimension) that share each tile's K (split plan) or B's slices (pair plan, TMA multicast); per tile or persistent, epilogue
-// from registers or by TMA stores (gemm_tma_cuda.h). Precision: FP16 operands,
+// from registers or by TMA stores, queued serially or by programmatic dependent launch (gemm_tma_cuda.h). Precision: FP16 operands,
 // FP32 accumulation, FP32 or FP16 output.
 //
 // Tensor maps (tensor_map.h), one per operand, by where its K runs:
@@ -98,7 +98,7 @@ int resident_clusters(const char* op) {
 }
 
 template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair>
-void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const char* op) {
+void launch_layout(const GemmProblem& p, Schedule schedule, Store store, Launch launch_mode, const char* op) {
   constexpr int kSmem = TmaTile<kBN, kSplit>::kSmemBytes;
   constexpr int kCluster = kSplit * kPair;
   auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair>;
@@ -132,13 +132,22 @@ void launch_layout(const GemmProblem& p, Schedule schedule, Store store, const c
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = kSmem;
   config.stream = stream();
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kCluster;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = kCluster == 1 ? 0 : 1;
+  cudaLaunchAttribute attrs[2];
+  unsigned n_attrs = 0;
+  if (kCluster > 1) {
+    cudaLaunchAttribute& cluster = attrs[n_attrs++];
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = kCluster;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+  }
+  if (launch_mode == Launch::kDependent) {
+    cudaLaunchAttribute& dependent = attrs[n_attrs++];
+    dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    dependent.val.programmaticStreamSerializationAllowed = 1;
+  }
+  config.attrs = attrs;
+  config.numAttrs = n_attrs;
   HG_CUDA_CHECK(op, cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_c, tma_store, p));
   HG_CUDA_LAUNCH_CHECK(op);
 }
@@ -239,31 +248,32 @@ void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, 
 namespace {
 
 template <int kBN, int kSplit, int kPair = 1>
-void launch_plan(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, Store store, const char* op) {
-  if (!a_trans && !b_trans) launch_layout<false, false, kBN, kSplit, kPair>(p, schedule, store, op);
-  if (!a_trans && b_trans) launch_layout<false, true, kBN, kSplit, kPair>(p, schedule, store, op);
-  if (a_trans && !b_trans) launch_layout<true, false, kBN, kSplit, kPair>(p, schedule, store, op);
-  if (a_trans && b_trans) launch_layout<true, true, kBN, kSplit, kPair>(p, schedule, store, op);
+void launch_plan(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, Store store, Launch launch_mode,
+                 const char* op) {
+  if (!a_trans && !b_trans) launch_layout<false, false, kBN, kSplit, kPair>(p, schedule, store, launch_mode, op);
+  if (!a_trans && b_trans) launch_layout<false, true, kBN, kSplit, kPair>(p, schedule, store, launch_mode, op);
+  if (a_trans && !b_trans) launch_layout<true, false, kBN, kSplit, kPair>(p, schedule, store, launch_mode, op);
+  if (a_trans && b_trans) launch_layout<true, true, kBN, kSplit, kPair>(p, schedule, store, launch_mode, op);
 }
 
 }  // namespace
 
 void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op, Store store,
-            TilePlan plan) {
+            TilePlan plan, Launch launch_mode) {
   HG_CHECK(gemm_wgmma::device_supported(op), op << ": the TMA GEMM needs a compute capability 9.0 GPU");
   HG_CHECK(operands_supported(p), op << ": the TMA GEMM needs 16-byte aligned A and B and lda, ldb multiples of 8; got lda "
                                      << p.lda << ", ldb " << p.ldb);
   check_plan(plan, op);
   if (plan.pair == 2) {
-    if (plan.width == 256) launch_plan<256, 1, 2>(p, a_trans, b_trans, schedule, store, op);
-    if (plan.width == 128) launch_plan<128, 1, 2>(p, a_trans, b_trans, schedule, store, op);
+    if (plan.width == 256) launch_plan<256, 1, 2>(p, a_trans, b_trans, schedule, store, launch_mode, op);
+    if (plan.width == 128) launch_plan<128, 1, 2>(p, a_trans, b_trans, schedule, store, launch_mode, op);
   } else if (plan.split == 1) {
-    if (plan.width == 256) launch_plan<256, 1>(p, a_trans, b_trans, schedule, store, op);
-    if (plan.width == 128) launch_plan<128, 1>(p, a_trans, b_trans, schedule, store, op);
-    if (plan.width == 64) launch_plan<64, 1>(p, a_trans, b_trans, schedule, store, op);
+    if (plan.width == 256) launch_plan<256, 1>(p, a_trans, b_trans, schedule, store, launch_mode, op);
+    if (plan.width == 128) launch_plan<128, 1>(p, a_trans, b_trans, schedule, store, launch_mode, op);
+    if (plan.width == 64) launch_plan<64, 1>(p, a_trans, b_trans, schedule, store, launch_mode, op);
   } else {
-    if (plan.width == 128) launch_plan<128, 2>(p, a_trans, b_trans, schedule, store, op);
-    if (plan.width == 64) launch_plan<64, 2>(p, a_trans, b_trans, schedule, store, op);
+    if (plan.width == 128) launch_plan<128, 2>(p, a_trans, b_trans, schedule, store, launch_mode, op);
+    if (plan.width == 64) launch_plan<64, 2>(p, a_trans, b_trans, schedule, store, launch_mode, op);
   }
 }
 

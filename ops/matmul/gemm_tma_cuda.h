@@ -62,12 +62,23 @@ int64_t split_capacity(int tile_n, const char* op);
 /// Throws halfgrad::Error naming op unless the plan is one the kernel is built for.
 void check_plan(TilePlan plan, const char* op);
 
+/// How the kernel is queued behind the previous kernel in the stream. kSerial: an ordinary launch,
+/// its CTAs start once that kernel has finished. kDependent: programmatic dependent launch
+/// (cudaLaunchAttributeProgrammaticStreamSerialization; CUDA Programming Guide, "Programmatic
+/// Dependent Launch"): its CTAs may be scheduled while the previous kernel runs (where that kernel
+/// is a TMA GEMM, once all of its CTAs have passed their own wait; after any other kernel, once all
+/// of that kernel's CTAs have exited) and run their prologue, then wait in griddepcontrol.wait for the
+/// previous kernel to complete before reading or writing global memory: the same results, bit for
+/// bit, with the launch latency of back-to-back kernels hidden (bench/gemm/dependent_launch.cu,
+/// rung 15). In stream capture it becomes a programmatic edge between kernel nodes.
+enum class Launch { kSerial, kDependent };
+
 /// Queues the kernel on stream() with the plan's tiles, split and pairing. a_trans: A stored (K, M);
 /// b_trans: B stored (N, K). Needs gemm_wgmma::device_supported(), operands_supported(p) and a built
 /// plan (checked: halfgrad::Error naming op); a split or pair plan also needs a 2-CTA cluster of the
 /// kernel to fit on the GPU, a pair plan an even number of 128-row tile-rows (checked likewise).
 void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op,
-            Store store = Store::kRegisters, TilePlan plan = {});
+            Store store = Store::kRegisters, TilePlan plan = {}, Launch launch_mode = Launch::kSerial);
 
 /// The tensor maps of A and B as gemm_tma.cuh's tma_load_operand reads them into 64-wide K slices of
 /// 128 x tile_n tiles (128-byte swizzle; box 64 k x 128 (A) / tile_n (B) rows for a K-major operand,

@@ -2,9 +2,10 @@
 // Tensor Memory Accelerator (cp.async.bulk.tensor, a 2D box of a global tensor to or from shared
 // memory, described on the host by a CUtensorMap: ops/matmul/tensor_map.h), mbarriers (the
 // shared-memory barriers that TMA completes by transaction count), the proxy fences that order the
-// generic and async proxies, register reallocation between warpgroups (setmaxnreg) and thread-block
-// cluster helpers. Device code for the sm_90a target only (every wrapper is empty elsewhere: the
-// callers' kernels trap there, see gemm_wgmma_cuda.cu). Used by the production kernel
+// generic and async proxies, register reallocation between warpgroups (setmaxnreg), thread-block
+// cluster helpers and grid dependency control (programmatic dependent launch). Device code for the
+// sm_90a target only (every wrapper is empty elsewhere: the callers' kernels trap there, see
+// gemm_wgmma_cuda.cu). Used by the production kernel
 // ops/matmul/gemm_tma.cuh (rungs 8, 9 and 11-13 of bench/gemm/, its K split's hand-over through
 // distributed shared memory included) and by the rungs with kernels of their own,
 // bench/gemm/tma_mbarrier_pipeline.cu and cluster_multicast.cu.
@@ -271,6 +272,25 @@ __device__ __forceinline__ void cluster_sync() {
       "barrier.cluster.arrive.release.aligned;\n"
       "barrier.cluster.wait.acquire.aligned;\n" ::
           : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Programmatic dependent launch (PTX ISA "griddepcontrol"; CUDA Programming Guide, "Programmatic
+// Dependent Launch and Synchronization"). A kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start before the kernel ahead of it in the
+// stream has finished; both instructions are no-ops in a kernel launched without that attribute.
+// ---------------------------------------------------------------------------------------------
+
+/// Blocks until every grid this one depends on has completed and its memory operations are visible
+/// (the whole of the previous kernel, not just up to its trigger). Every global read or write of
+/// data a previous kernel may touch must come after it.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+/// Lets the next kernel in the stream (if launched with the attribute) be scheduled once every CTA
+/// of this grid has executed this or exited: a hint that says nothing about this grid's memory,
+/// which is why the dependent must still wait (grid_dependency_wait) before touching it.
+__device__ __forceinline__ void launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

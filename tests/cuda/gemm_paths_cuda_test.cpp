@@ -7,7 +7,9 @@
 // K = 8 (a split's second CTA then has no slice), a problem smaller than one tile, 1000 x 1000 x 1000
 // (the size rungs 12 and 13 are for), and 2048 x 2048 x 128, where every persistent CTA and cluster
 // walks several tiles (the split's reduce buffer handed back and forth, its barriers' phases wrapping). A family that cannot run here (no sm_90) says why
-// and the case checks the rest.
+// and the case checks the rest. A chain of GEMMs queued back to back, each reading the output of the
+// one before and overwriting what that one read, checks that a programmatic dependent launch still
+// waits for its predecessor (the same bits as ordinary launches).
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -71,7 +73,8 @@ const char* path_name(GemmPath p) {
     case GemmPath::kTmaSplit64: return "split_64 (K over a 2-CTA cluster)";
     case GemmPath::kTmaPair256: return "pair_256 (B multicast over a 2-CTA cluster)";
     case GemmPath::kTmaPair128: return "pair_128 (B multicast over a 2-CTA cluster)";
-    case GemmPath::kTmaPlanned: return "tma planned (tile_plan)";
+    case GemmPath::kTmaPlanned: return "tma planned (tile_plan, dependent launch)";
+    case GemmPath::kTmaPlannedSerial: return "tma planned (tile_plan, serial launch)";
     default: return "auto";
   }
 }
@@ -87,7 +90,7 @@ int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float 
   int ran = 0;
   for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
                         GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPair256,
-                        GemmPath::kTmaPair128, GemmPath::kTmaPlanned, GemmPath::kAuto}) {
+                        GemmPath::kTmaPair128, GemmPath::kTmaPlanned, GemmPath::kTmaPlannedSerial, GemmPath::kAuto}) {
     Tensor out = c0.copy_to(Device::CUDA);
     GemmArgs g{c.M, c.N, c.K,
                static_cast<const uint16_t*>(a.device.raw_data()), at ? c.M : c.K, at ? GemmLayout::T : GemmLayout::N,
@@ -178,6 +181,54 @@ CUDA_TEST_CASE("gemm paths cuda the K-split families give the same bits on every
   for (GemmPath path : {GemmPath::kTmaSplit128, GemmPath::kTmaSplit64}) {
     const std::vector<float> first = run_bits(path, a, b), second = run_bits(path, a, b);
     CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
+  }
+#endif
+}
+
+#if defined(HALFGRAD_CUDA)
+namespace {
+/// X <- alpha * X W, `steps` times, queued back to back with no host synchronisation, through two
+/// FP16 buffers in turn: each GEMM reads the buffer the one before it wrote (read after write) and
+/// writes the buffer that one read (write after read). Returns the last output's values.
+std::vector<float> gemm_chain(GemmPath path, const Operand& x0, const Operand& w, int64_t n, int steps) {
+  Tensor bufs[2] = {x0.device.clone(), Tensor::zeros({n, n}, kFloat16, Device::CUDA)};
+  for (int s = 0; s < steps; ++s) {
+    const Tensor& in = bufs[s % 2];
+    Tensor& out = bufs[(s + 1) % 2];
+    GemmArgs g{n, n, n, static_cast<const uint16_t*>(in.raw_data()), n, GemmLayout::N,
+               static_cast<const uint16_t*>(w.device.raw_data()), n, GemmLayout::N, out.raw_data(), n, true};
+    g.alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));  // keeps |X| near 1 (W is N(0, 1))
+    g.op = "gemm_paths chain";
+    if (const char* why = cuda::gemm_f16_on(g, path)) {
+      const std::string note = std::string(path_name(path)) + " not run: " + why;
+      MESSAGE(note);
+      return {};
+    }
+  }
+  return bufs[steps % 2].to_float_vector();
+}
+}  // namespace
+#endif
+
+CUDA_TEST_CASE("gemm paths cuda a dependent launch waits for the GEMM before it: a back-to-back chain gives the serial chain's bits") {
+#if defined(HALFGRAD_CUDA)
+  // 1000^3 runs 64 CTAs of 128 x 128 on 132 SMs: each next GEMM's CTAs are scheduled on the idle SMs
+  // while the one before still runs, so a missing wait would read half-written inputs. 2048^3 fills
+  // every SM (the next GEMM's CTAs start as these exit).
+  for (int64_t n : {1000, 2048}) {
+    const Operand x0 = make_operand(n, n, 70 + n), w = make_operand(n, n, 71 + n);
+    const std::vector<float> serial = gemm_chain(GemmPath::kTmaPlannedSerial, x0, w, n, 8);
+    const std::vector<float> dependent = gemm_chain(GemmPath::kTmaPlanned, x0, w, n, 8);
+    if (serial.empty() || dependent.empty()) continue;
+    double norm = 0;
+    for (float v : serial) norm += static_cast<double>(v) * v;
+    std::ostringstream what;
+    what << "n = " << n << ", rms of the last output " << std::sqrt(norm / static_cast<double>(serial.size()));
+    const std::string context = what.str();
+    INFO(context);
+    CHECK(std::isfinite(norm));
+    CHECK(norm > 0);  // the chain did not collapse to zeros, which would match trivially
+    CHECK(std::memcmp(serial.data(), dependent.data(), serial.size() * sizeof(float)) == 0);
   }
 #endif
 }
