@@ -320,6 +320,7 @@ void run_size(const Size& s, int64_t l2_bytes) {
       rung("split_k_cluster", halfgrad::bench::gemm_split_k_cluster),
       rung("multicast_pair", halfgrad::bench::gemm_multicast_pair),
       rung("dependent_launch", halfgrad::bench::gemm_dependent_launch),
+      rung("multicast_a_pair", halfgrad::bench::gemm_multicast_a_pair),
       {"gemm_f16 (f32 out)", false, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, false)); return (const char*)nullptr; }},
       {"gemm_f16 (f16 out)", true, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, true)); return (const char*)nullptr; }},
   };
@@ -645,6 +646,8 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
                              {"split_64", GemmPath::kTmaSplit64, false},
                              {"pair_256", GemmPath::kTmaPair256, false},
                              {"pair_128", GemmPath::kTmaPair128, false},
+                             {"pair_a_128", GemmPath::kTmaPairA128, false},
+                             {"pair_a_64", GemmPath::kTmaPairA64, false},
                              {"planned_serial", GemmPath::kTmaPlannedSerial, false},
                              {"auto", GemmPath::kAuto, false}};
   constexpr int kFamilies = sizeof(families) / sizeof(families[0]);
@@ -716,7 +719,7 @@ void run_profile(int64_t M, int64_t N, int64_t K) {
     for (int i = 0; i < 3; ++i) cublas_gemm(a);
     for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
                           GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPair256,
-                          GemmPath::kTmaPair128}) {
+                          GemmPath::kTmaPair128, GemmPath::kTmaPairA128, GemmPath::kTmaPairA64}) {
       for (int i = 0; i < 3; ++i) {
         if (const char* why = halfgrad::cuda::gemm_f16_on(a, path)) std::printf("not run: %s\n", why);
       }

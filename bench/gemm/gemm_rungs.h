@@ -31,5 +31,6 @@ const char* gemm_tile_width(const DenseGemm& g);             // sm_90 only
 const char* gemm_split_k_cluster(const DenseGemm& g);        // sm_90 only
 const char* gemm_multicast_pair(const DenseGemm& g);         // sm_90 only
 const char* gemm_dependent_launch(const DenseGemm& g);       // sm_90 only
+const char* gemm_multicast_a_pair(const DenseGemm& g);       // sm_90 only
 
 }  // namespace halfgrad::bench

@@ -202,6 +202,8 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
     case GemmPath::kTmaSplit64:
     case GemmPath::kTmaPair256:
     case GemmPath::kTmaPair128:
+    case GemmPath::kTmaPairA128:
+    case GemmPath::kTmaPairA64:
     case GemmPath::kTmaPlanned:
     case GemmPath::kTmaPlannedSerial: {
       if (!tma_ok) return "needs sm_90, FP16, 16-byte aligned A and B, lda and ldb multiples of 8";
@@ -213,6 +215,8 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
       if (path == GemmPath::kTmaPair256) plan = {256, 1, 2};
       if (path == GemmPath::kTmaPair128) plan = {128, 1, 2};
       if (plan.pair == 2 && gemm_tma::tile_count(p.M, 1, 1) % 2 != 0) return "needs an even number of 128-row tile-rows";
+      if (path == GemmPath::kTmaPairA128) plan = {128, 1, 2, true};
+      if (path == GemmPath::kTmaPairA64) plan = {64, 1, 2, true};
       if (path == GemmPath::kTmaPlanned || path == GemmPath::kTmaPlannedSerial) plan = gemm_tma::tile_plan(p, sm_count());
       gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op,
                        path == GemmPath::kTmaPersistent ? gemm_tma::Store::kRegisters : gemm_tma::Store::kTma, plan,

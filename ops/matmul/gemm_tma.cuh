@@ -2,11 +2,13 @@
 // brought into 128-byte-swizzled shared memory by TMA, a ring of pipeline slots guarded by full and
 // empty mbarriers, one producer warpgroup and two consumer warpgroups running wgmma.m64n<w>k16 on
 // 128 x w tiles (w = 256, 128 or 64: TmaTile), (persistent launch) every CTA walking many output
-// tiles, and optionally a 2-CTA cluster: K split over its two CTAs (kSplit = 2) or B's slices shared
-// by two vertically adjacent tiles through TMA multicast (kPair = 2; see warp_specialized_gemm_block).
+// tiles, and optionally a 2-CTA cluster: K split over its two CTAs (kSplit = 2), B's slices shared
+// by two vertically adjacent tiles through TMA multicast (kPair = 2), or A's slices shared by two
+// horizontally adjacent tiles (kPair = 2, kShareA; see warp_specialized_gemm_block).
 // ops/matmul/gemm_tma_cuda.cu launches it for gemm_f16 on sm_90; bench/gemm/warp_specialized.cu (one
 // CTA per tile), persistent.cu (one CTA per SM), tma_store_epilogue.cu, tile_width.cu,
-// split_k_cluster.cu and multicast_pair.cu launch it as rungs 8, 9 and 11-14 of the ladder, and
+// split_k_cluster.cu, multicast_pair.cu and multicast_a_pair.cu launch it as rungs 8, 9, 11-14 and
+// 16 of the ladder, and
 // tma_mbarrier_pipeline.cu (rung 7) uses its TMA loads. Private to ops/matmul/ and bench/gemm/;
 // compiled only for the sm_90a target.
 //
@@ -154,11 +156,12 @@ __device__ __forceinline__ void tma_load_operand(uint32_t tile, const CUtensorMa
   }
 }
 
-/// kPair 2: rank `rank`'s half of B's kMN x 64 slice, multicast into the tile at `tile` of both CTAs
-/// of the cluster, completing on the barrier at `bar` in each. MN-major: panels rank * kMN / 128 to
-/// (rank + 1) * kMN / 128 - 1 (64 columns each; box 64 x 64). K-major: rows rank * kMN / 2 of the
-/// tile on (box 64 k x kMN / 2 rows: operand_maps' b_box_split 2); the 128-byte swizzle of a row
-/// depends on the row mod 8 only, so the half lands at its place in the whole tile's layout.
+/// kPair 2: rank `rank`'s half of an operand's kMN x 64 slice (B's when sharing B, A's with kMN 128
+/// when sharing A), multicast into the tile at `tile` of both CTAs of the cluster, completing on the
+/// barrier at `bar` in each. MN-major: panels rank * kMN / 128 to (rank + 1) * kMN / 128 - 1 (64
+/// columns each; box 64 x 64). K-major: rows rank * kMN / 2 of the tile on (box 64 k x kMN / 2 rows:
+/// operand_maps' box split 2); the 128-byte swizzle of a row depends on the row mod 8 only, so the
+/// half lands at its place in the whole tile's layout.
 template <int kMN, bool kMnMajor>
 __device__ __forceinline__ void tma_multicast_half(uint32_t tile, const CUtensorMap* map, uint32_t bar, int mn0,
                                                    int k0, int rank) {
@@ -260,6 +263,17 @@ __device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin,
 /// consumer arrives on its own empty barrier and on the peer's (count 2 x kConsumers). Per slice a
 /// CTA reads A's 16 KiB and half of B from L2 instead of all of B: at width 128, 24 KiB instead of 32.
 ///
+/// kPair = 2 with kShareA (rung 16; kSplit 1, width 128 or 64): the cluster walks 128 x 2kBN units
+/// in the grouped order of that width, and rank r takes the unit's columns r * kBN .. r * kBN + kBN - 1:
+/// two horizontally adjacent tiles, which need the same A slice. Rank r multicasts half of it (K-major:
+/// rows 64r .. 64r + 63, map_a's box 64 rows; MN-major: panel r) and loads its own B; the barriers
+/// and the slot release are the B-sharing pair's. Where the tile-columns are odd, rank 1 of the last
+/// unit of a tile-row computes a tile wholly right of C: its B boxes are all TMA zero fill (counted
+/// in the transaction bytes like any other) and its stores are dropped (store_pair's bounds, TMA
+/// store clipping), but it still multicasts its half of A, which rank 0 needs. Per slice a 64-wide
+/// CTA reads 8 + 8 KiB instead of 16 + 8: on a one-wave problem (1000^3: 128 tiles of 128 x 64) the
+/// per-CTA and the total L2 traffic of 128 x 128 tiles with twice the SMs at work.
+///
 /// kSplit = 2 (rung 13): rank r of the cluster computes its half of K (split_range) of the cluster's
 /// tile. Rank 1's consumer c then waits until rank 0 has read its previous tile's partial
 /// (reduce-empty barrier c of rank 1, arrived on from rank 0), writes its 64 x kBN partial into rank
@@ -269,7 +283,7 @@ __device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin,
 /// adds the partial to its own (rank 0's half + rank 1's half, always in that order: the same bits
 /// every run), releases the buffer (unless it was the cluster's last tile: no wait of rank 1 pairs
 /// with that arrival) and stores the tile as kSplit = 1 does. Rank 1 stores nothing.
-template <bool kATrans, bool kBTrans, int kBN = kBlockN, int kSplit = 1, int kPair = 1>
+template <bool kATrans, bool kBTrans, int kBN = kBlockN, int kSplit = 1, int kPair = 1, bool kShareA = false>
 __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p, const CUtensorMap* map_a,
                                                             const CUtensorMap* map_b, const CUtensorMap* map_c,
                                                             uint8_t* smem_raw) {
@@ -278,7 +292,9 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   constexpr bool kBMnMajor = !kBTrans;
   using Tile = TmaTile<kBN, kSplit>;
   constexpr int kStages = Tile::kStages, kStageBytes = Tile::kStageBytes, kAcc = Tile::kAccumulators;
-  static_assert(kPair == 1 || (kPair == 2 && kSplit == 1 && kBN >= 128), "kPair 2: unsplit, 256- or 128-wide tiles");
+  static_assert(kPair == 1 || (kPair == 2 && kSplit == 1 && (kShareA ? kBN <= 128 : kBN >= 128)),
+                "kPair 2: unsplit; sharing B 256- or 128-wide tiles, sharing A 128- or 64-wide ones");
+  static_assert(!kShareA || kPair == 2, "kShareA: a pair plan");
   constexpr int kCluster = kSplit * kPair;  // CTAs per cluster (1: not a cluster launch)
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -324,9 +340,17 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   tc::grid_dependency_wait();
   tc::launch_dependents();
 
-  // The walk is over units: tiles, or (kPair 2) tile pairs, of which this CTA takes tile 2u + rank.
-  const int units = tiles_m(p.M) * tiles_n<kBN>(p.N) / kPair;
-  auto unit_tile = [&](int u) { return kPair == 2 ? 2 * u + rank : u; };
+  // The walk is over units: tiles, or (kPair 2) tile pairs, of which this CTA takes tile 2u + rank
+  // (sharing B), or the rank-th 128 x kBN half of unit u's 128 x 2kBN tile (sharing A).
+  const int units = kShareA ? tiles_m(p.M) * tiles_n<2 * kBN>(p.N) : tiles_m(p.M) * tiles_n<kBN>(p.N) / kPair;
+  auto unit_origin = [&](int u, int* tile_m, int* tile_n) {
+    if constexpr (kShareA) {
+      tile_origin<2 * kBN>(u, p.M, p.N, tile_m, tile_n);
+      *tile_n += rank * kBN;
+    } else {
+      tile_origin<kBN>(kPair == 2 ? 2 * u + rank : u, p.M, p.N, tile_m, tile_n);
+    }
+  };
   int k_begin, k_end;
   // (A pair's rank is not a K rank: both CTAs of a pair walk the whole of K.)
   split_range<kSplit>((p.K + kBlockK - 1) / kBlockK, kSplit == 1 ? 0 : rank, &k_begin, &k_end);
@@ -338,13 +362,18 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
       int it = 0;
       for (int u = group; u < units; u += groups) {
         int tile_m, tile_n;
-        tile_origin<kBN>(unit_tile(u), p.M, p.N, &tile_m, &tile_n);
+        unit_origin(u, &tile_m, &tile_n);
         for (int kt = k_begin; kt < k_end; ++kt, ++it) {
           const int slot = it % kStages;
           tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);  // kPair 2: free in both CTAs
           tc::mbarrier_arrive_expect_tx(full_bar + 8 * slot, kStageBytes);
-          tma_load_operand<kBlockM, kAMnMajor>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m, kt * kBlockK);
-          if constexpr (kPair == 1) {
+          if constexpr (kShareA) {
+            tma_multicast_half<kBlockM, kAMnMajor>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m, kt * kBlockK,
+                                                   rank);
+          } else {
+            tma_load_operand<kBlockM, kAMnMajor>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m, kt * kBlockK);
+          }
+          if constexpr (kPair == 1 || kShareA) {
             tma_load_operand<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK);
           } else {
             tma_multicast_half<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK, rank);
@@ -375,7 +404,7 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   float d[kAcc];
   for (int u = group; u < units; u += groups, ++round) {
     int tile_m, tile_n;
-    tile_origin<kBN>(unit_tile(u), p.M, p.N, &tile_m, &tile_n);
+    unit_origin(u, &tile_m, &tile_n);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) d[i] = 0.f;
     for (int kt = k_begin; kt < k_end; ++kt, ++it) {

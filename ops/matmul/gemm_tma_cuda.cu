@@ -4,7 +4,7 @@
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major, every N/T layout.
 // Mapping: 384-thread CTAs (1 producer + 2 consumer warpgroups), 128 x 256, 128 x 128 or 128 x 64 tiles
 // (TmaTile), one CTA per SM (~225 KiB of shared memory), or clusters of 2 CTAs (cudaLaunchKernelEx with
-// a cluster dimension) that share each tile's K (split plan) or B's slices (pair plan, TMA multicast); per tile or persistent, epilogue
+// a cluster dimension) that share each tile's K (split plan) or A's or B's slices (pair plans, TMA multicast); per tile or persistent, epilogue
 // from registers or by TMA stores, queued serially or by programmatic dependent launch (gemm_tma_cuda.h). Precision: FP16 operands,
 // FP32 accumulation, FP32 or FP16 output.
 //
@@ -34,14 +34,14 @@
 namespace halfgrad::cuda::gemm_tma {
 namespace {
 
-template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair>
+template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_c, bool tma_store, GemmProblem p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem[];
-  warp_specialized_gemm_block<kATrans, kBTrans, kBN, kSplit, kPair>(p, &map_a, &map_b, tma_store ? &map_c : nullptr,
-                                                                    smem);
+  warp_specialized_gemm_block<kATrans, kBTrans, kBN, kSplit, kPair, kShareA>(p, &map_a, &map_b,
+                                                                             tma_store ? &map_c : nullptr, smem);
 #elif defined(__CUDA_ARCH__)
   __trap();  // built without sm_90a: never launched (device_supported), loud if it were
 #endif
@@ -71,11 +71,11 @@ void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, 
 /// How many (kSplit x kPair)-CTA clusters of this kernel can be resident at once (a cluster must fit
 /// in one GPC, so fewer than #SMs / 2 may), after the kernel's shared-memory opt-in; queried once per
 /// kernel.
-template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair>
+template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA>
 int resident_clusters(const char* op) {
   constexpr int kSmem = TmaTile<kBN, kSplit>::kSmemBytes;
   constexpr int kCluster = kSplit * kPair;
-  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair>;
+  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair, kShareA>;
   static const int clusters = [&] {
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     if (kCluster == 1) return 1;  // not a cluster launch: only the opt-in was needed
@@ -97,20 +97,20 @@ int resident_clusters(const char* op) {
   return clusters;
 }
 
-template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair>
+template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA>
 void launch_layout(const GemmProblem& p, Schedule schedule, Store store, Launch launch_mode, const char* op) {
   constexpr int kSmem = TmaTile<kBN, kSplit>::kSmemBytes;
   constexpr int kCluster = kSplit * kPair;
-  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair>;
-  HG_CHECK(kPair == 1 || tiles_m(p.M) % 2 == 0,
-           op << ": the TMA GEMM's pair plan needs an even number of 128-row tile-rows; M = " << p.M);
-  const int clusters = resident_clusters<kATrans, kBTrans, kBN, kSplit, kPair>(op);
+  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair, kShareA>;
+  HG_CHECK(kPair == 1 || kShareA || tiles_m(p.M) % 2 == 0,
+           op << ": the TMA GEMM's B-sharing pair plan needs an even number of 128-row tile-rows; M = " << p.M);
+  const int clusters = resident_clusters<kATrans, kBTrans, kBN, kSplit, kPair, kShareA>(op);
   // A group is one CTA (as many as SMs), or one cluster of 2 CTAs that share a tile's K (split) or
   // a pair of tiles' B (pair).
   const int64_t max_groups = kCluster == 1 ? sm_count() : clusters;
   HG_CHECK(max_groups >= 1, op << ": no " << kCluster << "-CTA cluster of the TMA GEMM kernel fits on this GPU");
   CUtensorMap map_a, map_b;
-  operand_maps(p, kATrans, kBTrans, kBN, &map_a, &map_b, op, kPair);
+  operand_maps(p, kATrans, kBTrans, kBN, &map_a, &map_b, op, kShareA ? 1 : kPair, kShareA ? 2 : 1);
   CUtensorMap map_c = {};
   const bool tma_store = store == Store::kTma && tma_store_possible(p);
   if (tma_store) {
@@ -125,7 +125,8 @@ void launch_layout(const GemmProblem& p, Schedule schedule, Store store, Launch 
     m.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
     encode_tensor_map(&map_c, m, op);
   }
-  const int64_t units = tile_count(p.M, p.N, kBN) / kPair;  // tiles, or tile pairs
+  // Tiles, or tile pairs: vertical ones (sharing B), or 128 x 2kBN units (sharing A).
+  const int64_t units = kShareA ? tile_count(p.M, p.N, 2 * kBN) : tile_count(p.M, p.N, kBN) / kPair;
   const int64_t groups = schedule == Schedule::kPersistent ? std::min<int64_t>(units, max_groups) : units;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(groups * kCluster));
@@ -221,7 +222,8 @@ int64_t split_capacity(int tile_n, const char* op) {
   check_plan({tile_n, 2}, op);
   // Occupancy is the same for every layout of a width (same threads, same shared memory): N/N's.
   const int clusters =
-      tile_n == 128 ? resident_clusters<false, false, 128, 2, 1>(op) : resident_clusters<false, false, 64, 2, 1>(op);
+      tile_n == 128 ? resident_clusters<false, false, 128, 2, 1, false>(op)
+                    : resident_clusters<false, false, 64, 2, 1, false>(op);
   return 2 * static_cast<int64_t>(clusters);
 }
 
@@ -232,28 +234,31 @@ bool operands_supported(const GemmProblem& p) {
 void check_plan(TilePlan plan, const char* op) {
   HG_CHECK((plan.width == 256 || plan.width == 128 || plan.width == 64) &&
                (plan.split == 1 || (plan.split == 2 && plan.width <= 128)) &&
-               (plan.pair == 1 || (plan.pair == 2 && plan.split == 1 && plan.width >= 128)),
+               (plan.pair == 1 ? !plan.share_a
+                               : plan.pair == 2 && plan.split == 1 && (plan.share_a ? plan.width <= 128 : plan.width >= 128)),
            op << ": the TMA GEMM is built for 128 x 256, 128 x 128 and 128 x 64 tiles, the narrow two also with K "
-                 "split over 2 CTAs, the wide two also in pairs sharing B; got width "
-              << plan.width << ", split " << plan.split << ", pair " << plan.pair);
+                 "split over 2 CTAs, the wide two also in pairs sharing B, the narrow two also in pairs sharing A; got "
+                 "width "
+              << plan.width << ", split " << plan.split << ", pair " << plan.pair << (plan.share_a ? " sharing A" : ""));
 }
 
 void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, CUtensorMap* map_a, CUtensorMap* map_b,
-                  const char* op, int b_box_split) {
-  check_plan({tile_n, 1, b_box_split}, op);
-  operand_map(map_a, p.A, p.M, p.K, p.lda, a_trans, kBlockM, op);
+                  const char* op, int b_box_split, int a_box_split) {
+  HG_CHECK(b_box_split == 1 || a_box_split == 1, op << ": the TMA GEMM's pair shares A or B, not both");
+  check_plan({tile_n, 1, b_box_split * a_box_split, a_box_split == 2}, op);
+  operand_map(map_a, p.A, p.M, p.K, p.lda, a_trans, kBlockM / a_box_split, op);
   operand_map(map_b, p.B, p.N, p.K, p.ldb, !b_trans, tile_n / b_box_split, op);
 }
 
 namespace {
 
-template <int kBN, int kSplit, int kPair = 1>
+template <int kBN, int kSplit, int kPair = 1, bool kShareA = false>
 void launch_plan(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, Store store, Launch launch_mode,
                  const char* op) {
-  if (!a_trans && !b_trans) launch_layout<false, false, kBN, kSplit, kPair>(p, schedule, store, launch_mode, op);
-  if (!a_trans && b_trans) launch_layout<false, true, kBN, kSplit, kPair>(p, schedule, store, launch_mode, op);
-  if (a_trans && !b_trans) launch_layout<true, false, kBN, kSplit, kPair>(p, schedule, store, launch_mode, op);
-  if (a_trans && b_trans) launch_layout<true, true, kBN, kSplit, kPair>(p, schedule, store, launch_mode, op);
+  if (!a_trans && !b_trans) launch_layout<false, false, kBN, kSplit, kPair, kShareA>(p, schedule, store, launch_mode, op);
+  if (!a_trans && b_trans) launch_layout<false, true, kBN, kSplit, kPair, kShareA>(p, schedule, store, launch_mode, op);
+  if (a_trans && !b_trans) launch_layout<true, false, kBN, kSplit, kPair, kShareA>(p, schedule, store, launch_mode, op);
+  if (a_trans && b_trans) launch_layout<true, true, kBN, kSplit, kPair, kShareA>(p, schedule, store, launch_mode, op);
 }
 
 }  // namespace
@@ -264,7 +269,10 @@ void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule,
   HG_CHECK(operands_supported(p), op << ": the TMA GEMM needs 16-byte aligned A and B and lda, ldb multiples of 8; got lda "
                                      << p.lda << ", ldb " << p.ldb);
   check_plan(plan, op);
-  if (plan.pair == 2) {
+  if (plan.pair == 2 && plan.share_a) {
+    if (plan.width == 128) launch_plan<128, 1, 2, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
+    if (plan.width == 64) launch_plan<64, 1, 2, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
+  } else if (plan.pair == 2) {
     if (plan.width == 256) launch_plan<256, 1, 2>(p, a_trans, b_trans, schedule, store, launch_mode, op);
     if (plan.width == 128) launch_plan<128, 1, 2>(p, a_trans, b_trans, schedule, store, launch_mode, op);
   } else if (plan.split == 1) {

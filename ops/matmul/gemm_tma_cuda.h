@@ -36,11 +36,13 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n = 256);
 /// TmaTile: width 256, 128 or 64) and split 1, or 2 (rung 13: the two CTAs of a cluster take the two
 /// halves of K of each tile; widths 128 and 64); pair 1, or 2 (rung 14, split 1, widths 256 and 128:
 /// the two CTAs of a cluster take vertically adjacent tiles and share B's slices by TMA multicast;
-/// needs an even number of 128-row tile-rows).
+/// needs an even number of 128-row tile-rows); pair 2 with share_a (rung 16, split 1, widths 128 and
+/// 64: horizontally adjacent tiles sharing A's slices; any M, N).
 struct TilePlan {
   int width = 256;
   int split = 1;
   int pair = 1;
+  bool share_a = false;
 };
 
 /// gemm_f16's plan for problem p on `sms` SMs (rungs 12 and 13, bench/gemm/README.md). Each
@@ -82,10 +84,11 @@ void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule,
 
 /// The tensor maps of A and B as gemm_tma.cuh's tma_load_operand reads them into 64-wide K slices of
 /// 128 x tile_n tiles (128-byte swizzle; box 64 k x 128 (A) / tile_n (B) rows for a K-major operand,
-/// 64 x 64 for an MN-major one). b_box_split 2 (the pair plan, tile_n 256 or 128): a K-major B's box
-/// is tile_n / 2 rows, the half one CTA multicasts. Throws halfgrad::Error naming op when
-/// operands_supported(p) is false or (tile_n, b_box_split) is not a plan's.
+/// 64 x 64 for an MN-major one). b_box_split 2 (the B-sharing pair plan, tile_n 256 or 128): a
+/// K-major B's box is tile_n / 2 rows, the half one CTA multicasts; a_box_split 2 (the A-sharing
+/// pair plan, tile_n 128 or 64): a K-major A's box is 64 rows likewise. Throws halfgrad::Error naming
+/// op when operands_supported(p) is false, both splits are 2, or the plan they describe is not built.
 void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, CUtensorMap* map_a,
-                  CUtensorMap* map_b, const char* op, int b_box_split = 1);
+                  CUtensorMap* map_b, const char* op, int b_box_split = 1, int a_box_split = 1);
 
 }  // namespace halfgrad::cuda::gemm_tma

@@ -73,6 +73,8 @@ const char* path_name(GemmPath p) {
     case GemmPath::kTmaSplit64: return "split_64 (K over a 2-CTA cluster)";
     case GemmPath::kTmaPair256: return "pair_256 (B multicast over a 2-CTA cluster)";
     case GemmPath::kTmaPair128: return "pair_128 (B multicast over a 2-CTA cluster)";
+    case GemmPath::kTmaPairA128: return "pair_a_128 (A multicast over a 2-CTA cluster)";
+    case GemmPath::kTmaPairA64: return "pair_a_64 (A multicast over a 2-CTA cluster)";
     case GemmPath::kTmaPlanned: return "tma planned (tile_plan, dependent launch)";
     case GemmPath::kTmaPlannedSerial: return "tma planned (tile_plan, serial launch)";
     default: return "auto";
@@ -90,7 +92,8 @@ int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float 
   int ran = 0;
   for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
                         GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPair256,
-                        GemmPath::kTmaPair128, GemmPath::kTmaPlanned, GemmPath::kTmaPlannedSerial, GemmPath::kAuto}) {
+                        GemmPath::kTmaPair128, GemmPath::kTmaPairA128, GemmPath::kTmaPairA64, GemmPath::kTmaPlanned,
+                        GemmPath::kTmaPlannedSerial, GemmPath::kAuto}) {
     Tensor out = c0.copy_to(Device::CUDA);
     GemmArgs g{c.M, c.N, c.K,
                static_cast<const uint16_t*>(a.device.raw_data()), at ? c.M : c.K, at ? GemmLayout::T : GemmLayout::N,
