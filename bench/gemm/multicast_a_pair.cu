@@ -25,6 +25,20 @@
 // third. Predicted on H200 (before the run), FP16 out, per launch: 1000^3 N/N pair_a_64 +5-15% over
 // tile_plan's 128-wide kernel (0.79x -> 0.83-0.90x cuBLAS); 1024^3 +0-10% over the 64-wide plan;
 // 4096^3 pair_a_64 +20-30% over tma_store_64 but still below 128 x 256's rate.
+// Measured (H200, 2026-12-03, commit 907f61f, forced in --dispatch; results file
+// bench/results/2026-12-03_907f61f_h200_pair_a_dispatch.txt, bench/gemm/README.md rung 16): pair_a_64
+// under its prediction on all three shapes. 1000^3 N/N per launch: 153 TFLOP/s against 149 for the
+// plan's 128-wide tile with FP32 out (0.80x against 0.79x cuBLAS), 152 against 154 with FP16 out
+// (0.77x against 0.78x); N/T 0.79x / 0.78x against the plan's 0.81x / 0.83x. ncu, FP32 out: 11.3-11.5
+// us against 12.2-12.4 (128 wide) and 13.8 (64 wide, unpaired), cuBLAS 8.7-9.3: the kernel gained
+// 6-7%, the launch -1% to +3%. 1024^3: 8% below tma_store_64 (0.81x / 0.79x against 0.88x / 0.86x).
+// 4096^3: +6% over tma_store_64 (0.60x / 0.59x against 0.57x / 0.56x). pair_a_128: +4% over
+// tma_store_128 at 4096^3 (0.89x / 0.88x against 0.85x) but below rung 14's pair_128 (0.92x / 0.91x);
+// -14% / -24% on the U-Net's 147456 x 128 x 32 GEMM (one tile-column: every pair's second tile lies
+// outside C). ncu's lts__t_bytes did not fall by the A reads saved (1000^3 pair_a_64 54 MB against
+// 61 unpaired, where about 17 MB less was expected; 4096^3 pair_a_128 2.05 GB against 1.90, a rise): either
+// the counter counts each multicast delivery or other traffic dominates; which, not established.
+// gemm_f16's tile_plan does not share A: no rule the data supports.
 //
 // Edges: rung 12's (TMA skips the parts of a box outside C); where the tile-columns are odd, the last
 // unit of a tile-row has a second tile wholly outside C, whose loads are zero fill and whose stores
