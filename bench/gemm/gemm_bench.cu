@@ -48,6 +48,7 @@
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_cuda.h"
 #include "ops/matmul/gemm_paths.h"
+#include "ops/matmul/gemm_tma_cuda.h"
 
 #ifdef HALFGRAD_GEMM_STANDALONE
 // Only for compiling this bench with nvcc alone, before core/cuda/runtime.cpp exists: the stream,
@@ -321,6 +322,7 @@ void run_size(const Size& s, int64_t l2_bytes) {
       rung("multicast_pair", halfgrad::bench::gemm_multicast_pair),
       rung("dependent_launch", halfgrad::bench::gemm_dependent_launch),
       rung("multicast_a_pair", halfgrad::bench::gemm_multicast_a_pair),
+      rung("multicast_a_cluster", halfgrad::bench::gemm_multicast_a_cluster),
       {"gemm_f16 (f32 out)", false, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, false)); return (const char*)nullptr; }},
       {"gemm_f16 (f16 out)", true, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, true)); return (const char*)nullptr; }},
   };
@@ -648,6 +650,8 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
                              {"pair_128", GemmPath::kTmaPair128, false},
                              {"pair_a_128", GemmPath::kTmaPairA128, false},
                              {"pair_a_64", GemmPath::kTmaPairA64, false},
+                             {"quad_a_64", GemmPath::kTmaQuadA64, false},
+                             {"oct_a_64", GemmPath::kTmaOctA64, false},
                              {"planned_serial", GemmPath::kTmaPlannedSerial, false},
                              {"auto", GemmPath::kAuto, false}};
   constexpr int kFamilies = sizeof(families) / sizeof(families[0]);
@@ -719,7 +723,8 @@ void run_profile(int64_t M, int64_t N, int64_t K) {
     for (int i = 0; i < 3; ++i) cublas_gemm(a);
     for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
                           GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPair256,
-                          GemmPath::kTmaPair128, GemmPath::kTmaPairA128, GemmPath::kTmaPairA64}) {
+                          GemmPath::kTmaPair128, GemmPath::kTmaPairA128, GemmPath::kTmaPairA64,
+                          GemmPath::kTmaQuadA64, GemmPath::kTmaOctA64}) {
       for (int i = 0; i < 3; ++i) {
         if (const char* why = halfgrad::cuda::gemm_f16_on(a, path)) std::printf("not run: %s\n", why);
       }
@@ -897,6 +902,16 @@ int main(int argc, char** argv) {
     std::printf("%s (sm_%d%d, %d SMs, L2 %d MiB)\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                 l2 >> 20);
     HG_CHECK(prop.major >= 8, "gemm_bench: needs sm_80 or newer (cp.async, ldmatrix, mma.sync.m16n8k16)");
+    if (prop.major == 9 && prop.minor == 0 && (dispatch || profile[0] > 0)) {
+      // A cluster must fit in one GPC: how many CTAs of each cluster family the GPU holds at once.
+      namespace gt = halfgrad::cuda::gemm_tma;
+      const char* op = "gemm_bench (occupancy)";
+      std::printf("resident CTAs: unclustered %lld, split_64 %lld, pair_128 %lld, pair_a_64 %lld, quad_a_64 %lld, "
+                  "oct_a_64 %lld\n\n",
+                  (long long)gt::resident_ctas({64, 1}, op), (long long)gt::resident_ctas({64, 2}, op),
+                  (long long)gt::resident_ctas({128, 1, 2}, op), (long long)gt::resident_ctas({64, 1, 2, true}, op),
+                  (long long)gt::resident_ctas({64, 1, 4, true}, op), (long long)gt::resident_ctas({64, 1, 8, true}, op));
+    }
     if (profile[0] > 0) {
       HG_CHECK(profile[1] > 0 && profile[2] > 0, "gemm_bench --profile: M, N, K must be >= 1");
       run_profile(profile[0], profile[1], profile[2]);

@@ -204,6 +204,8 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
     case GemmPath::kTmaPair128:
     case GemmPath::kTmaPairA128:
     case GemmPath::kTmaPairA64:
+    case GemmPath::kTmaQuadA64:
+    case GemmPath::kTmaOctA64:
     case GemmPath::kTmaPlanned:
     case GemmPath::kTmaPlannedSerial: {
       if (!tma_ok) return "needs sm_90, FP16, 16-byte aligned A and B, lda and ldb multiples of 8";
@@ -217,6 +219,8 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
       if (plan.pair == 2 && gemm_tma::tile_count(p.M, 1, 1) % 2 != 0) return "needs an even number of 128-row tile-rows";
       if (path == GemmPath::kTmaPairA128) plan = {128, 1, 2, true};
       if (path == GemmPath::kTmaPairA64) plan = {64, 1, 2, true};
+      if (path == GemmPath::kTmaQuadA64) plan = {64, 1, 4, true};
+      if (path == GemmPath::kTmaOctA64) plan = {64, 1, 8, true};
       if (path == GemmPath::kTmaPlanned || path == GemmPath::kTmaPlannedSerial) plan = gemm_tma::tile_plan(p, sm_count());
       gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op,
                        path == GemmPath::kTmaPersistent ? gemm_tma::Store::kRegisters : gemm_tma::Store::kTma, plan,

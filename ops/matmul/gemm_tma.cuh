@@ -2,13 +2,13 @@
 // brought into 128-byte-swizzled shared memory by TMA, a ring of pipeline slots guarded by full and
 // empty mbarriers, one producer warpgroup and two consumer warpgroups running wgmma.m64n<w>k16 on
 // 128 x w tiles (w = 256, 128 or 64: TmaTile), (persistent launch) every CTA walking many output
-// tiles, and optionally a 2-CTA cluster: K split over its two CTAs (kSplit = 2), B's slices shared
-// by two vertically adjacent tiles through TMA multicast (kPair = 2), or A's slices shared by two
-// horizontally adjacent tiles (kPair = 2, kShareA; see warp_specialized_gemm_block).
+// tiles, and optionally a cluster: K split over its two CTAs (kSplit = 2), B's slices shared by two
+// vertically adjacent tiles through TMA multicast (kPair = 2), or A's slices shared by 2, 4 or 8
+// horizontally adjacent tiles (kPair = 2, 4, 8 with kShareA; see warp_specialized_gemm_block).
 // ops/matmul/gemm_tma_cuda.cu launches it for gemm_f16 on sm_90; bench/gemm/warp_specialized.cu (one
 // CTA per tile), persistent.cu (one CTA per SM), tma_store_epilogue.cu, tile_width.cu,
-// split_k_cluster.cu, multicast_pair.cu and multicast_a_pair.cu launch it as rungs 8, 9, 11-14 and
-// 16 of the ladder, and
+// split_k_cluster.cu, multicast_pair.cu, multicast_a_pair.cu and multicast_a_cluster.cu launch it as
+// rungs 8, 9, 11-14, 16 and 17 of the ladder, and
 // tma_mbarrier_pipeline.cu (rung 7) uses its TMA loads. Private to ops/matmul/ and bench/gemm/;
 // compiled only for the sm_90a target.
 //
@@ -156,27 +156,44 @@ __device__ __forceinline__ void tma_load_operand(uint32_t tile, const CUtensorMa
   }
 }
 
-/// kPair 2: rank `rank`'s half of an operand's kMN x 64 slice (B's when sharing B, A's with kMN 128
-/// when sharing A), multicast into the tile at `tile` of both CTAs of the cluster, completing on the
-/// barrier at `bar` in each. MN-major: panels rank * kMN / 128 to (rank + 1) * kMN / 128 - 1 (64
-/// columns each; box 64 x 64). K-major: rows rank * kMN / 2 of the tile on (box 64 k x kMN / 2 rows:
-/// operand_maps' box split 2); the 128-byte swizzle of a row depends on the row mod 8 only, so the
-/// half lands at its place in the whole tile's layout.
-template <int kMN, bool kMnMajor>
-__device__ __forceinline__ void tma_multicast_half(uint32_t tile, const CUtensorMap* map, uint32_t bar, int mn0,
+/// Rank `rank`'s part (one of kParts) of an operand's kMN x 64 slice, multicast into the tile at
+/// `tile` of all kParts CTAs of the cluster, completing on the barrier at `bar` in each. kParts 2
+/// shares B between a pair of tiles (rung 14) or A (rung 16); 4 and 8 share A (rung 17).
+///   K-major: rows rank * kMN / kParts .. of the tile (operand_maps' box split kParts: a box of
+///   kMN / kParts rows). The 128-byte swizzle of a row depends on the row mod 8 only (the part is a
+///   whole number of 8-row, 1024-byte atoms), so the part lands at its place in the tile's layout.
+///   MN-major (kMN / 64 panels of 64 k-rows): where kParts <= panels, panels rank * panels / kParts ..
+///   (box 64 mn x 64 k); where there are more parts than panels, each panel is cut along k into
+///   kParts / panels runs of k-rows (box 64 mn x 64 * panels / kParts k), rank taking run rank % q of
+///   panel rank / q: a run is again whole 8-row atoms.
+template <int kMN, bool kMnMajor, int kParts = 2>
+__device__ __forceinline__ void tma_multicast_part(uint32_t tile, const CUtensorMap* map, uint32_t bar, int mn0,
                                                    int k0, int rank) {
-  constexpr uint16_t kBoth = 0x3;
+  static_assert(kParts == 2 || kParts == 4 || kParts == 8, "tma_multicast_part: 2, 4 or 8 CTAs");
+  constexpr uint16_t kAll = static_cast<uint16_t>((1u << kParts) - 1);
   if constexpr (kMnMajor) {
-    constexpr int kPanelsEach = kMN / gemm_wgmma::kPanel / 2;
+    constexpr int kPanels = kMN / gemm_wgmma::kPanel;
+    if constexpr (kParts <= kPanels) {
+      constexpr int kPanelsEach = kPanels / kParts;
 #pragma unroll
-    for (int i = 0; i < kPanelsEach; ++i) {
-      const int panel = rank * kPanelsEach + i;
-      tensor_core::tma_load_2d_multicast(tile + panel * kBlockK * gemm_wgmma::kRowBytes, map, bar,
-                                         mn0 + panel * gemm_wgmma::kPanel, k0, kBoth);
+      for (int i = 0; i < kPanelsEach; ++i) {
+        const int panel = rank * kPanelsEach + i;
+        tensor_core::tma_load_2d_multicast(tile + panel * kBlockK * gemm_wgmma::kRowBytes, map, bar,
+                                           mn0 + panel * gemm_wgmma::kPanel, k0, kAll);
+      }
+    } else {
+      constexpr int kRunsPerPanel = kParts / kPanels;
+      constexpr int kRunRows = kBlockK / kRunsPerPanel;  // k-rows per run: 32 or 16
+      static_assert(kRunRows % 8 == 0, "tma_multicast_part: runs of whole 8-row swizzle atoms");
+      const int panel = rank / kRunsPerPanel, run = rank % kRunsPerPanel;
+      tensor_core::tma_load_2d_multicast(
+          tile + panel * kBlockK * gemm_wgmma::kRowBytes + run * kRunRows * gemm_wgmma::kRowBytes, map, bar,
+          mn0 + panel * gemm_wgmma::kPanel, k0 + run * kRunRows, kAll);
     }
   } else {
-    tensor_core::tma_load_2d_multicast(tile + rank * (kMN / 2) * gemm_wgmma::kRowBytes, map, bar, k0,
-                                       mn0 + rank * (kMN / 2), kBoth);
+    static_assert((kMN / kParts) % 8 == 0, "tma_multicast_part: parts of whole 8-row swizzle atoms");
+    tensor_core::tma_load_2d_multicast(tile + rank * (kMN / kParts) * gemm_wgmma::kRowBytes, map, bar, k0,
+                                       mn0 + rank * (kMN / kParts), kAll);
   }
 }
 
@@ -245,8 +262,8 @@ __device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin,
 
 /// The whole CTA, on 128 x kBN tiles; call from a __global__ launched with kThreads threads,
 /// TmaTile<kBN, kSplit>::kSmemBytes of dynamic shared memory and any number of CTAs (kSplit or kPair
-/// 2: a multiple of 2, in clusters of 2). Each CTA (each cluster) walks tiles blockIdx.x + i * gridDim.x
-/// (cluster index + i * clusters; kPair 2: tile pairs). kATrans: A stored (K, M); kBTrans: B stored (N, K). map_a / map_b:
+/// > 1: a multiple of kSplit * kPair, in clusters of that many). Each CTA (each cluster) walks tiles
+/// blockIdx.x + i * gridDim.x (cluster index + i * clusters; kPair > 1: units of kPair tiles). kATrans: A stored (K, M); kBTrans: B stored (N, K). map_a / map_b:
 /// the operands' tensor maps (__grid_constant__; B's box kBN wide, operand_maps). map_c: C's tensor
 /// map (box 128 bytes x 64 rows, 128-byte swizzle) when the epilogue is to leave through TMA stores
 /// (beta == 0, gemm_tma_cuda.cu decides), nullptr for stores from the registers.
@@ -274,6 +291,16 @@ __device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin,
 /// CTA reads 8 + 8 KiB instead of 16 + 8: on a one-wave problem (1000^3: 128 tiles of 128 x 64) the
 /// per-CTA and the total L2 traffic of 128 x 128 tiles with twice the SMs at work.
 ///
+/// kPair = 4 or 8 with kShareA (rung 17; kSplit 1, width 64): the same with kPair tiles side by side,
+/// 128 x 64 kPair units, rank r multicasting part r of kPair of the A slice (tma_multicast_part:
+/// K-major rows 128 r / kPair ..; MN-major a run of 64 * 2 / kPair k-rows of panel r / (kPair / 2),
+/// map_a's box cut to match by operand_maps). Every consumer releases a slot on its own empty barrier
+/// and on each of the kPair - 1 others (count kPair x kConsumers), and a producer refills a slot only
+/// when all kPair CTAs are done with it: the coupling grows with the cluster. Ranks whose tile lies
+/// wholly right of C (tile-columns not a multiple of kPair) load zero-filled B, store nothing and
+/// still multicast their part of A. Per slice a CTA reads 16 / kPair KiB of A + 8 KiB of B: 12 KiB
+/// (4) or 10 KiB (8) against rung 16's 16.
+///
 /// kSplit = 2 (rung 13): rank r of the cluster computes its half of K (split_range) of the cluster's
 /// tile. Rank 1's consumer c then waits until rank 0 has read its previous tile's partial
 /// (reduce-empty barrier c of rank 1, arrived on from rank 0), writes its 64 x kBN partial into rank
@@ -292,9 +319,11 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   constexpr bool kBMnMajor = !kBTrans;
   using Tile = TmaTile<kBN, kSplit>;
   constexpr int kStages = Tile::kStages, kStageBytes = Tile::kStageBytes, kAcc = Tile::kAccumulators;
-  static_assert(kPair == 1 || (kPair == 2 && kSplit == 1 && (kShareA ? kBN <= 128 : kBN >= 128)),
-                "kPair 2: unsplit; sharing B 256- or 128-wide tiles, sharing A 128- or 64-wide ones");
-  static_assert(!kShareA || kPair == 2, "kShareA: a pair plan");
+  static_assert(kPair == 1 || (kPair == 2 && kSplit == 1 && (kShareA ? kBN <= 128 : kBN >= 128)) ||
+                    ((kPair == 4 || kPair == 8) && kSplit == 1 && kShareA && kBN == 64),
+                "kPair 2: unsplit; sharing B 256- or 128-wide tiles, sharing A 128- or 64-wide ones; "
+                "kPair 4 or 8: 64-wide tiles sharing A");
+  static_assert(!kShareA || kPair >= 2, "kShareA: a cluster plan");
   constexpr int kCluster = kSplit * kPair;  // CTAs per cluster (1: not a cluster launch)
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -317,7 +346,7 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     tc::tma_prefetch_map(map_b);
     for (int s = 0; s < kStages; ++s) {
       tc::mbarrier_init(full_bar + 8 * s, 1);                // the producer's arrive.expect_tx
-      tc::mbarrier_init(empty_bar + 8 * s, kConsumers * kPair);  // one thread per consumer warpgroup (of both CTAs)
+      tc::mbarrier_init(empty_bar + 8 * s, kConsumers * kPair);  // one thread per consumer warpgroup (of every CTA)
     }
     if constexpr (kSplit == 2) {
       for (int c = 0; c < kConsumers; ++c) {
@@ -327,7 +356,7 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     }
     tc::fence_mbarrier_init();
   }
-  // A cluster's barriers are arrived on (and, kPair 2, written into) from the other CTA: the inits
+  // A cluster's barriers are arrived on (and, kPair > 1, written into) from the other CTAs: the inits
   // must be visible cluster-wide.
   if constexpr (kCluster > 1) tc::cluster_sync();
   else __syncthreads();
@@ -341,11 +370,11 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   tc::launch_dependents();
 
   // The walk is over units: tiles, or (kPair 2) tile pairs, of which this CTA takes tile 2u + rank
-  // (sharing B), or the rank-th 128 x kBN half of unit u's 128 x 2kBN tile (sharing A).
-  const int units = kShareA ? tiles_m(p.M) * tiles_n<2 * kBN>(p.N) : tiles_m(p.M) * tiles_n<kBN>(p.N) / kPair;
+  // (sharing B), or (sharing A) the rank-th 128 x kBN part of unit u's 128 x kPair * kBN tile.
+  const int units = kShareA ? tiles_m(p.M) * tiles_n<kPair * kBN>(p.N) : tiles_m(p.M) * tiles_n<kBN>(p.N) / kPair;
   auto unit_origin = [&](int u, int* tile_m, int* tile_n) {
     if constexpr (kShareA) {
-      tile_origin<2 * kBN>(u, p.M, p.N, tile_m, tile_n);
+      tile_origin<kPair * kBN>(u, p.M, p.N, tile_m, tile_n);
       *tile_n += rank * kBN;
     } else {
       tile_origin<kBN>(kPair == 2 ? 2 * u + rank : u, p.M, p.N, tile_m, tile_n);
@@ -365,18 +394,18 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
         unit_origin(u, &tile_m, &tile_n);
         for (int kt = k_begin; kt < k_end; ++kt, ++it) {
           const int slot = it % kStages;
-          tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);  // kPair 2: free in both CTAs
+          tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);  // kPair > 1: free in every CTA
           tc::mbarrier_arrive_expect_tx(full_bar + 8 * slot, kStageBytes);
           if constexpr (kShareA) {
-            tma_multicast_half<kBlockM, kAMnMajor>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m, kt * kBlockK,
-                                                   rank);
+            tma_multicast_part<kBlockM, kAMnMajor, kPair>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m,
+                                                          kt * kBlockK, rank);
           } else {
             tma_load_operand<kBlockM, kAMnMajor>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m, kt * kBlockK);
           }
           if constexpr (kPair == 1 || kShareA) {
             tma_load_operand<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK);
           } else {
-            tma_multicast_half<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK, rank);
+            tma_multicast_part<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK, rank);
           }
         }
       }
@@ -393,8 +422,10 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     tc::mbarrier_arrive(empty_bar + 8 * slot);
     // CTA scope (tma.cuh, ArriveScope): what the peer's multicast must not overtake is this CTA's
     // own wgmma reads of the slot, finished before the arrive.
-    if constexpr (kPair == 2)
-      tc::mbarrier_arrive_cluster<tc::ArriveScope::kCta>(empty_bar + 8 * slot, static_cast<uint32_t>(rank ^ 1));
+    // (rank ^ peer over peer = 1 .. kPair - 1: every other CTA of the cluster once.)
+#pragma unroll
+    for (int peer = 1; peer < kPair; ++peer)
+      tc::mbarrier_arrive_cluster<tc::ArriveScope::kCta>(empty_bar + 8 * slot, static_cast<uint32_t>(rank ^ peer));
   };
   const int warp = t128 / 32;
   const int lane = tid % 32;

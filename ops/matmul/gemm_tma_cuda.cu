@@ -3,8 +3,9 @@
 //
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major, every N/T layout.
 // Mapping: 384-thread CTAs (1 producer + 2 consumer warpgroups), 128 x 256, 128 x 128 or 128 x 64 tiles
-// (TmaTile), one CTA per SM (~225 KiB of shared memory), or clusters of 2 CTAs (cudaLaunchKernelEx with
-// a cluster dimension) that share each tile's K (split plan) or A's or B's slices (pair plans, TMA multicast); per tile or persistent, epilogue
+// (TmaTile), one CTA per SM (~225 KiB of shared memory), or clusters (cudaLaunchKernelEx with a cluster
+// dimension) of 2 CTAs that share each tile's K (split plan) or A's or B's slices (pair plans, TMA
+// multicast), or of 4 or 8 that share A's (cluster plans); per tile or persistent, epilogue
 // from registers or by TMA stores, queued serially or by programmatic dependent launch (gemm_tma_cuda.h). Precision: FP16 operands,
 // FP32 accumulation, FP32 or FP16 output.
 //
@@ -13,7 +14,7 @@
 //     128 for A, the tile width for B): one
 //     TMA per slice fills the whole tile.
 //   MN-major, stored (K, MN) (A layout T, B layout N): rows = K, cols = MN, box 64 mn x 64 k: one
-//     TMA per 64-wide panel.
+//     TMA per 64-wide panel (A shared over 4 or 8 CTAs: 64 mn x 32 or 16 k, a part of a panel).
 // Both with CU_TENSOR_MAP_SWIZZLE_128B (the box rows are exactly 128 bytes). The maps are kernel
 // parameters (__grid_constant__), built on the host for every call (cuTensorMapEncodeTiled is a
 // host-only function: about a microsecond, no GPU work).
@@ -47,9 +48,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-/// The map of one operand with MN extent `mn` (rows of C it feeds: M for A, N for B), box kMN wide.
+/// The map of one operand with MN extent `mn` (rows of C it feeds: M for A, N for B): K-major, a box
+/// of box_mn rows x 64 k; MN-major, 64 mn x box_k k-rows.
 void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, int64_t ld, bool mn_major,
-                 int box_mn, const char* op) {
+                 int box_mn, int box_k, const char* op) {
   MatrixTensorMap m;
   m.base = base;
   m.ld = ld;
@@ -59,7 +61,7 @@ void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, 
   if (mn_major) {
     m.rows = k;
     m.cols = mn;
-    m.box_rows = kBlockK;
+    m.box_rows = box_k;
   } else {
     m.rows = mn;
     m.cols = k;
@@ -80,7 +82,8 @@ int resident_clusters(const char* op) {
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     if (kCluster == 1) return 1;  // not a cluster launch: only the opt-in was needed
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(sm_count()));
+    // (A cluster launch's grid is a whole number of clusters: 132 SMs hold no 16.5 clusters of 8.)
+    config.gridDim = dim3(static_cast<unsigned>(kCluster * std::max(1, sm_count() / kCluster)));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = kSmem;
     cudaLaunchAttribute cluster;
@@ -106,11 +109,11 @@ void launch_layout(const GemmProblem& p, Schedule schedule, Store store, Launch 
            op << ": the TMA GEMM's B-sharing pair plan needs an even number of 128-row tile-rows; M = " << p.M);
   const int clusters = resident_clusters<kATrans, kBTrans, kBN, kSplit, kPair, kShareA>(op);
   // A group is one CTA (as many as SMs), or one cluster of 2 CTAs that share a tile's K (split) or
-  // a pair of tiles' B (pair).
+  // a pair of tiles' A or B (pair), or of 4 or 8 that share their A (cluster plans).
   const int64_t max_groups = kCluster == 1 ? sm_count() : clusters;
   HG_CHECK(max_groups >= 1, op << ": no " << kCluster << "-CTA cluster of the TMA GEMM kernel fits on this GPU");
   CUtensorMap map_a, map_b;
-  operand_maps(p, kATrans, kBTrans, kBN, &map_a, &map_b, op, kShareA ? 1 : kPair, kShareA ? 2 : 1);
+  operand_maps(p, kATrans, kBTrans, kBN, &map_a, &map_b, op, kShareA ? 1 : kPair, kShareA ? kPair : 1);
   CUtensorMap map_c = {};
   const bool tma_store = store == Store::kTma && tma_store_possible(p);
   if (tma_store) {
@@ -125,8 +128,8 @@ void launch_layout(const GemmProblem& p, Schedule schedule, Store store, Launch 
     m.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
     encode_tensor_map(&map_c, m, op);
   }
-  // Tiles, or tile pairs: vertical ones (sharing B), or 128 x 2kBN units (sharing A).
-  const int64_t units = kShareA ? tile_count(p.M, p.N, 2 * kBN) : tile_count(p.M, p.N, kBN) / kPair;
+  // Tiles, or tile pairs: vertical ones (sharing B), or 128 x kPair * kBN units (sharing A).
+  const int64_t units = kShareA ? tile_count(p.M, p.N, kPair * kBN) : tile_count(p.M, p.N, kBN) / kPair;
   const int64_t groups = schedule == Schedule::kPersistent ? std::min<int64_t>(units, max_groups) : units;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(groups * kCluster));
@@ -227,27 +230,54 @@ int64_t split_capacity(int tile_n, const char* op) {
   return 2 * static_cast<int64_t>(clusters);
 }
 
+int64_t resident_ctas(TilePlan plan, const char* op) {
+  check_plan(plan, op);
+  if (plan.split == 1 && plan.pair == 1) return sm_count();
+  // Occupancy is the same for every layout (same threads, same shared memory): N/N's.
+  int clusters = 0;
+  if (plan.split == 2) {
+    clusters = plan.width == 128 ? resident_clusters<false, false, 128, 2, 1, false>(op)
+                                 : resident_clusters<false, false, 64, 2, 1, false>(op);
+  } else if (plan.pair == 8) {
+    clusters = resident_clusters<false, false, 64, 1, 8, true>(op);
+  } else if (plan.pair == 4) {
+    clusters = resident_clusters<false, false, 64, 1, 4, true>(op);
+  } else if (plan.share_a) {
+    clusters = plan.width == 128 ? resident_clusters<false, false, 128, 1, 2, true>(op)
+                                 : resident_clusters<false, false, 64, 1, 2, true>(op);
+  } else {
+    clusters = plan.width == 256 ? resident_clusters<false, false, 256, 1, 2, false>(op)
+                                 : resident_clusters<false, false, 128, 1, 2, false>(op);
+  }
+  return static_cast<int64_t>(plan.split * plan.pair) * clusters;
+}
+
 bool operands_supported(const GemmProblem& p) {
   return tensor_map_aligned(p.A, p.lda, 2) && tensor_map_aligned(p.B, p.ldb, 2);
 }
 
 void check_plan(TilePlan plan, const char* op) {
+  const bool pair_ok =
+      plan.pair == 1 ? !plan.share_a
+      : plan.pair == 2
+          ? plan.split == 1 && (plan.share_a ? plan.width <= 128 : plan.width >= 128)
+          : (plan.pair == 4 || plan.pair == 8) && plan.split == 1 && plan.share_a && plan.width == 64;
   HG_CHECK((plan.width == 256 || plan.width == 128 || plan.width == 64) &&
-               (plan.split == 1 || (plan.split == 2 && plan.width <= 128)) &&
-               (plan.pair == 1 ? !plan.share_a
-                               : plan.pair == 2 && plan.split == 1 && (plan.share_a ? plan.width <= 128 : plan.width >= 128)),
+               (plan.split == 1 || (plan.split == 2 && plan.width <= 128)) && pair_ok,
            op << ": the TMA GEMM is built for 128 x 256, 128 x 128 and 128 x 64 tiles, the narrow two also with K "
-                 "split over 2 CTAs, the wide two also in pairs sharing B, the narrow two also in pairs sharing A; got "
-                 "width "
+                 "split over 2 CTAs, the wide two also in pairs sharing B, the narrow two also in pairs sharing A, "
+                 "the 64-wide also in clusters of 4 or 8 sharing A; got width "
               << plan.width << ", split " << plan.split << ", pair " << plan.pair << (plan.share_a ? " sharing A" : ""));
 }
 
 void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, CUtensorMap* map_a, CUtensorMap* map_b,
                   const char* op, int b_box_split, int a_box_split) {
   HG_CHECK(b_box_split == 1 || a_box_split == 1, op << ": the TMA GEMM's pair shares A or B, not both");
-  check_plan({tile_n, 1, b_box_split * a_box_split, a_box_split == 2}, op);
-  operand_map(map_a, p.A, p.M, p.K, p.lda, a_trans, kBlockM / a_box_split, op);
-  operand_map(map_b, p.B, p.N, p.K, p.ldb, !b_trans, tile_n / b_box_split, op);
+  check_plan({tile_n, 1, b_box_split * a_box_split, a_box_split >= 2}, op);
+  // MN-major A cut in more parts than its two 64-wide panels: runs of k-rows (tma_multicast_part).
+  const int a_box_k = a_box_split > 2 ? kBlockK * 2 / a_box_split : kBlockK;
+  operand_map(map_a, p.A, p.M, p.K, p.lda, a_trans, kBlockM / a_box_split, a_box_k, op);
+  operand_map(map_b, p.B, p.N, p.K, p.ldb, !b_trans, tile_n / b_box_split, kBlockK, op);
 }
 
 namespace {
@@ -269,7 +299,11 @@ void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule,
   HG_CHECK(operands_supported(p), op << ": the TMA GEMM needs 16-byte aligned A and B and lda, ldb multiples of 8; got lda "
                                      << p.lda << ", ldb " << p.ldb);
   check_plan(plan, op);
-  if (plan.pair == 2 && plan.share_a) {
+  if (plan.pair == 8) {
+    launch_plan<64, 1, 8, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
+  } else if (plan.pair == 4) {
+    launch_plan<64, 1, 4, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
+  } else if (plan.pair == 2 && plan.share_a) {
     if (plan.width == 128) launch_plan<128, 1, 2, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
     if (plan.width == 64) launch_plan<64, 1, 2, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
   } else if (plan.pair == 2) {

@@ -37,7 +37,8 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n = 256);
 /// halves of K of each tile; widths 128 and 64); pair 1, or 2 (rung 14, split 1, widths 256 and 128:
 /// the two CTAs of a cluster take vertically adjacent tiles and share B's slices by TMA multicast;
 /// needs an even number of 128-row tile-rows); pair 2 with share_a (rung 16, split 1, widths 128 and
-/// 64: horizontally adjacent tiles sharing A's slices; any M, N).
+/// 64: horizontally adjacent tiles sharing A's slices; any M, N); pair 4 or 8 with share_a (rung 17,
+/// split 1, width 64: as many horizontally adjacent tiles in one cluster sharing A; any M, N).
 struct TilePlan {
   int width = 256;
   int split = 1;
@@ -61,6 +62,12 @@ TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split = 2);
 /// per width. Throws halfgrad::Error naming op for another width.
 int64_t split_capacity(int tile_n, const char* op);
 
+/// How many CTAs of the plan's kernel can be resident at once: the SM count without a cluster, else
+/// the cluster size x cudaOccupancyMaxActiveClusters (a cluster must fit in one GPC, so clusters of
+/// 4 or 8 may leave SMs idle: bench/gemm/README.md, rung 17). Queried once per kernel. Throws
+/// halfgrad::Error naming op for a plan the kernel is not built for.
+int64_t resident_ctas(TilePlan plan, const char* op);
+
 /// Throws halfgrad::Error naming op unless the plan is one the kernel is built for.
 void check_plan(TilePlan plan, const char* op);
 
@@ -77,17 +84,19 @@ enum class Launch { kSerial, kDependent };
 
 /// Queues the kernel on stream() with the plan's tiles, split and pairing. a_trans: A stored (K, M);
 /// b_trans: B stored (N, K). Needs gemm_wgmma::device_supported(), operands_supported(p) and a built
-/// plan (checked: halfgrad::Error naming op); a split or pair plan also needs a 2-CTA cluster of the
-/// kernel to fit on the GPU, a pair plan an even number of 128-row tile-rows (checked likewise).
+/// plan (checked: halfgrad::Error naming op); a split, pair or cluster plan also needs one cluster
+/// (2, 4 or 8 CTAs) of the kernel to fit on the GPU, a B-sharing pair plan an even number of 128-row
+/// tile-rows (checked likewise).
 void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op,
             Store store = Store::kRegisters, TilePlan plan = {}, Launch launch_mode = Launch::kSerial);
 
 /// The tensor maps of A and B as gemm_tma.cuh's tma_load_operand reads them into 64-wide K slices of
 /// 128 x tile_n tiles (128-byte swizzle; box 64 k x 128 (A) / tile_n (B) rows for a K-major operand,
 /// 64 x 64 for an MN-major one). b_box_split 2 (the B-sharing pair plan, tile_n 256 or 128): a
-/// K-major B's box is tile_n / 2 rows, the half one CTA multicasts; a_box_split 2 (the A-sharing
-/// pair plan, tile_n 128 or 64): a K-major A's box is 64 rows likewise. Throws halfgrad::Error naming
-/// op when operands_supported(p) is false, both splits are 2, or the plan they describe is not built.
+/// K-major B's box is tile_n / 2 rows, the half one CTA multicasts; a_box_split 2, 4 or 8 (the
+/// A-sharing pair and cluster plans): a K-major A's box is 128 / a_box_split rows likewise, an
+/// MN-major A's (split 4 or 8) 64 mn x 32 or 16 k. Throws halfgrad::Error naming op when
+/// operands_supported(p) is false, both splits are above 1, or the plan they describe is not built.
 void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, CUtensorMap* map_a,
                   CUtensorMap* map_b, const char* op, int b_box_split = 1, int a_box_split = 1);
 

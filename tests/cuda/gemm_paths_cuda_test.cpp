@@ -1,7 +1,9 @@
 // gemm_f16 with each kernel family forced (ops/matmul/gemm_paths.h) against a double-precision CPU
 // product of the same FP16 operands: every family the automatic choice can take on sm_90 (the TMA
 // kernel on 128x256, 128x128 and 128x64 tiles, the narrow two also with K split over a 2-CTA cluster,
-// with register or TMA-store epilogues), mma.sync on
+// with register or TMA-store epilogues) and the ladder's cluster families beside them (pairs sharing
+// B or A, clusters of 4 and 8 64-wide tiles sharing A, whose last units hang over C's right edge
+// on most of these shapes), mma.sync on
 // every GPU, all four N/T layouts, FP32 and FP16 output, alpha and beta. The shapes cut tiles at every
 // edge: M, N not multiples of 128 / 64 / 256, K not a multiple of the 64-wide slice (TMA zero-fills),
 // K = 8 (a split's second CTA then has no slice), a problem smaller than one tile, 1000 x 1000 x 1000
@@ -75,6 +77,8 @@ const char* path_name(GemmPath p) {
     case GemmPath::kTmaPair128: return "pair_128 (B multicast over a 2-CTA cluster)";
     case GemmPath::kTmaPairA128: return "pair_a_128 (A multicast over a 2-CTA cluster)";
     case GemmPath::kTmaPairA64: return "pair_a_64 (A multicast over a 2-CTA cluster)";
+    case GemmPath::kTmaQuadA64: return "quad_a_64 (A multicast over a 4-CTA cluster)";
+    case GemmPath::kTmaOctA64: return "oct_a_64 (A multicast over an 8-CTA cluster)";
     case GemmPath::kTmaPlanned: return "tma planned (tile_plan, dependent launch)";
     case GemmPath::kTmaPlannedSerial: return "tma planned (tile_plan, serial launch)";
     default: return "auto";
@@ -92,7 +96,8 @@ int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float 
   int ran = 0;
   for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
                         GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPair256,
-                        GemmPath::kTmaPair128, GemmPath::kTmaPairA128, GemmPath::kTmaPairA64, GemmPath::kTmaPlanned,
+                        GemmPath::kTmaPair128, GemmPath::kTmaPairA128, GemmPath::kTmaPairA64, GemmPath::kTmaQuadA64,
+                        GemmPath::kTmaOctA64, GemmPath::kTmaPlanned,
                         GemmPath::kTmaPlannedSerial, GemmPath::kAuto}) {
     Tensor out = c0.copy_to(Device::CUDA);
     GemmArgs g{c.M, c.N, c.K,
@@ -246,3 +251,4 @@ CUDA_TEST_CASE("gemm paths cuda 1000x1000x1000 (rung 12's problem: the narrow ti
   CHECK(check_case({1000, 1000, 1000}, false, false, false, 1.f, 0.f, 900) >= 2);
   CHECK(check_case({1000, 1000, 1000}, false, true, true, 1.f, 0.f, 903) >= 2);
 }
+
