@@ -26,6 +26,13 @@
 // between pair_a_64 and tma_store_64 (0.80-0.88x); 4096^3 quad_a_64 +0-10% over pair_a_64, still far
 // below 128 x 256 (a 64-wide tile is not the shape for a many-wave problem).
 //
+// Measured (H200, 2026-12-03, c7d68c7; bench/gemm/README.md, rung 17): the prediction failed. The
+// H200 holds 30 clusters of 4 and 15 of 8 (120 CTAs: resident_ctas), 1000^3 and 1024^3 make 32 units
+// of 4 (16 of 8), so the persistent grid runs two rounds: 1000^3 0.60x / 0.60x cuBLAS (FP32 / FP16
+// out) against pair_a_64's 0.79x / 0.77x, ncu 15.9-16.2 against 11.2-11.3 us; 1024 x 1024 x 16384
+// 0.34x, half of pair_a_64's rate. Where one round fits (896 x 1024 x 1024: 28 clusters of 4) the
+// quad takes 10.1 us, the pair 10.0 and the unclustered 64-wide kernel 9.2. Not used by gemm_f16.
+//
 // Edges: rung 16's; where the tile-columns are not a multiple of 4, the last unit of a tile-row has
 // tiles wholly right of C, whose B loads are zero fill and whose stores are dropped, while their
 // CTAs still multicast their part of A. Any M; K, N multiples of 8.

@@ -186,7 +186,9 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
 // release at CTA scope (2026-12-02, bench/gemm/multicast_pair.cu) it ties or loses to the plan's
 // unpaired tile everywhere but 3072^3 (width 128: 600-626 TFLOP/s against the plan's 549-575), too
 // few shapes to fit a rule on: 1000^3 N/N 150 against 151, N/T 149 against 159, 1024^3 174 against
-// 181, 4096^3 width 256 729 against 738.
+// 181, 4096^3 width 256 729 against 738. Nor are the A-sharing pairs and clusters (rungs 16, 17):
+// the pair wins nowhere by more than the run-to-run spread (1000^3 N/N FP32 out 153 against 151),
+// and the clusters of 4 and 8 lose everywhere (120 resident CTAs: 1000^3 needs two rounds).
 constexpr double kEfficiency128 = 0.87;
 constexpr double kEfficiency64 = 0.60;
 constexpr double kEfficiency64Unaligned = 0.39;
