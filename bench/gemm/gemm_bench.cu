@@ -850,6 +850,12 @@ void run_dispatch(int64_t l2) {
   shapes.push_back({"odd", 4095, 4095, 4095, n, n});
   shapes.push_back({"odd", 129, 257, 40, n, n});
   shapes.push_back({"odd", 1000, 1000, 1000, n, t});
+  // Rows of 32-byte sectors that are not 128-byte lines (1008: 2016 bytes, 784: 1568), and rows that
+  // are not whole sectors (1016: 2032 bytes): tile_plan's row-alignment rule.
+  shapes.push_back({"32-byte rows", 1008, 1008, 1008, n, n});
+  shapes.push_back({"32-byte rows", 1008, 1008, 1008, n, t});
+  shapes.push_back({"32-byte rows", 784, 784, 784, n, n});
+  shapes.push_back({"16-byte rows", 1016, 1016, 1016, n, n});
   std::printf("TFLOP/s per family (ratio to cuBLAS, same output type); 'auto' is gemm_f16's own choice\n\n");
   for (const DispatchShape& d : shapes) run_dispatch_shape(d, l2);
   std::printf("\n");

@@ -171,11 +171,14 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
 // `gemm_bench --dispatch` on the H200 (bench/gemm/README.md, rungs 12 and 13):
 //   kEfficiency128, kEfficiency64: at 4096^3-8192^3, where every width fills the SMs, 128 x 128 ran at
 //     0.85-0.88 and 128 x 64 at 0.56-0.63 of 128 x 256's rate.
-//   kEfficiency64Unaligned: with rows of A or B not a multiple of 128 bytes, every 128-byte TMA box
-//     row straddles two lines (L2 traffic at 1000^3: 60 MB against 37 MB at 1024^3) and the 64-wide
-//     tile, which reads the most operand bytes per FLOP, loses most: 1000^3 ran at 0.71x cuBLAS
-//     against 0.79x for 128 x 128 (1024^3: 0.88x against 0.79x). 128 x 128 and 128 x 256 lost
-//     nothing measurable there.
+//   kEfficiency64Unaligned: with rows of A or B not a multiple of 32 bytes (16 halfs), half of the
+//     128-byte TMA box rows start in the middle of a 32-byte sector (L2 traffic at 1000^3: 60 MB
+//     against 37 MB at 1024^3) and the 64-wide tile, which reads the most operand bytes per FLOP,
+//     loses most: 1000^3 ran at 0.71x cuBLAS against 0.79x for 128 x 128 (1024^3: 0.88x against
+//     0.79x). 128 x 128 and 128 x 256 lost little there. Sector alignment is what counts, not the
+//     128-byte line (ncu, 2026-12-03, 64-wide kernel alone): 1008^3 (2016-byte rows) 9.7 us and
+//     41 MB like 1024^3's 9.3-9.7 us, 1016^3 (2032 bytes) 13.4 us and 61 MB like 1000^3's 13.8.
+//     (Until 2026-12-03 the rule asked for 128-byte rows, which sent 1008^3 to the 128-wide tile.)
 //   kReduceSlices: 4096^3 split in 2 (128 x 128, 32 slices per CTA) ran at 0.86 of the unsplit rate
 //     at twice the waves: the partial's trip costs about 5 slices.
 //   kMinSplitSlices: at 1000^3 (16 slices) the split lost (0.69x against 0.79x unsplit) where the
@@ -197,7 +200,7 @@ constexpr int kMinSplitSlices = 64;
 
 TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split) {
   const int64_t k_tiles = (p.K + kBlockK - 1) / kBlockK;
-  const bool rows_aligned = p.lda % 64 == 0 && p.ldb % 64 == 0;  // 128-byte rows (64 halfs)
+  const bool rows_aligned = p.lda % 16 == 0 && p.ldb % 16 == 0;  // 32-byte rows (16 halfs): whole sectors
   const TilePlan candidates[] = {{256, 1}, {128, 1}, {64, 1}, {128, 2}, {64, 2}};
   TilePlan best;
   double best_cost = INFINITY;

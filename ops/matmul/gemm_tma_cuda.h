@@ -51,7 +51,7 @@ struct TilePlan {
 /// waves = ceil(units / sms) of them in turn, and a unit costs about w / efficiency(w) / s plus, when
 /// split, the partial's trip through distributed shared memory (about kReduceSlices of the unit's
 /// k_tiles / s slices). The 64-wide tile's efficiency is lower when the rows of A or B are not a
-/// multiple of 128 bytes. The least estimate wins, the earlier candidate on a tie (256 x 1 first).
+/// multiple of 32 bytes (an L2 sector). The least estimate wins, the earlier candidate on a tie (256 x 1 first).
 /// The constants and their measurements are in gemm_tma_cuda.cu. A split is tried only from 64
 /// slices of 64 along K (K > 4032) and where 2-CTA clusters of its kernel fit (split_capacity, asked
 /// then); its waves count those clusters' CTAs, not the SMs. max_split 1 leaves splits out (rung 12).
