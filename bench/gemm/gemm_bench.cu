@@ -6,9 +6,10 @@
 //                        gemm_f16 and its argument checks. About a minute on an H200.
 //   gemm_bench --quick   1024^3 and 4096^3 timed, the small shapes and the layout checks; < 30 s.
 //   gemm_bench --dispatch  every kernel family of gemm_f16 (mma.sync, wgmma, TMA, and gemm_f16's own
-//                        choice) beside cuBLAS on square, tall, wide, small-K, U-Net conv-transpose
-//                        and odd shapes, N/N and other layouts, FP32 and FP16 output: the measurement
-//                        behind gemm_cuda.cu's dispatch rule. A few minutes.
+//                        choice) beside cuBLAS on square, tall, wide, small-K, U-Net conv-transpose,
+//                        odd and row-alignment shapes, N/N and other layouts, FP32 and FP16 output:
+//                        the measurement behind gemm_cuda.cu's dispatch rule. On sm_90 it first prints
+//                        how many CTAs of each cluster family fit at once. About 30 s on an H200.
 //   gemm_bench --dependent  rung 15: gemm_f16's planned TMA kernel launched serially and by
 //                        programmatic dependent launch, beside cuBLAS, each timed per launch and as a
 //                        stream of back-to-back launches (time_stream_ms), on the sizes issue 12 names
