@@ -226,14 +226,7 @@ TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split) {
   return best;
 }
 
-int64_t split_capacity(int tile_n, const char* op) {
-  check_plan({tile_n, 2}, op);
-  // Occupancy is the same for every layout of a width (same threads, same shared memory): N/N's.
-  const int clusters =
-      tile_n == 128 ? resident_clusters<false, false, 128, 2, 1, false>(op)
-                    : resident_clusters<false, false, 64, 2, 1, false>(op);
-  return 2 * static_cast<int64_t>(clusters);
-}
+int64_t split_capacity(int tile_n, const char* op) { return resident_ctas({tile_n, 2}, op); }
 
 int64_t resident_ctas(TilePlan plan, const char* op) {
   check_plan(plan, op);
