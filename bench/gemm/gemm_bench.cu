@@ -324,6 +324,7 @@ void run_size(const Size& s, int64_t l2_bytes) {
       rung("dependent_launch", halfgrad::bench::gemm_dependent_launch),
       rung("multicast_a_pair", halfgrad::bench::gemm_multicast_a_pair),
       rung("multicast_a_cluster", halfgrad::bench::gemm_multicast_a_cluster),
+      rung("cp_async_producer", halfgrad::bench::gemm_cp_async_producer),
       {"gemm_f16 (f32 out)", false, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, false)); return (const char*)nullptr; }},
       {"gemm_f16 (f16 out)", true, false, [&](int i) { halfgrad::cuda::gemm_f16(args(i, true)); return (const char*)nullptr; }},
   };
@@ -653,6 +654,8 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
                              {"pair_a_64", GemmPath::kTmaPairA64, false},
                              {"quad_a_64", GemmPath::kTmaQuadA64, false},
                              {"oct_a_64", GemmPath::kTmaOctA64, false},
+                             {"cp_async_128", GemmPath::kTmaCpAsync128, false},
+                             {"cp_async_64", GemmPath::kTmaCpAsync64, false},
                              {"planned_serial", GemmPath::kTmaPlannedSerial, false},
                              {"auto", GemmPath::kAuto, false}};
   constexpr int kFamilies = sizeof(families) / sizeof(families[0]);
@@ -725,7 +728,8 @@ void run_profile(int64_t M, int64_t N, int64_t K) {
     for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
                           GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPair256,
                           GemmPath::kTmaPair128, GemmPath::kTmaPairA128, GemmPath::kTmaPairA64,
-                          GemmPath::kTmaQuadA64, GemmPath::kTmaOctA64}) {
+                          GemmPath::kTmaQuadA64, GemmPath::kTmaOctA64, GemmPath::kTmaCpAsync128,
+                          GemmPath::kTmaCpAsync64}) {
       for (int i = 0; i < 3; ++i) {
         if (const char* why = halfgrad::cuda::gemm_f16_on(a, path)) std::printf("not run: %s\n", why);
       }

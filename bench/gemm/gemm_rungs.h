@@ -33,5 +33,6 @@ const char* gemm_multicast_pair(const DenseGemm& g);         // sm_90 only
 const char* gemm_dependent_launch(const DenseGemm& g);       // sm_90 only
 const char* gemm_multicast_a_pair(const DenseGemm& g);       // sm_90 only
 const char* gemm_multicast_a_cluster(const DenseGemm& g);    // sm_90 only
+const char* gemm_cp_async_producer(const DenseGemm& g);      // sm_90 only
 
 }  // namespace halfgrad::bench

@@ -206,6 +206,8 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
     case GemmPath::kTmaPairA64:
     case GemmPath::kTmaQuadA64:
     case GemmPath::kTmaOctA64:
+    case GemmPath::kTmaCpAsync128:
+    case GemmPath::kTmaCpAsync64:
     case GemmPath::kTmaPlanned:
     case GemmPath::kTmaPlannedSerial: {
       if (!tma_ok) return "needs sm_90, FP16, 16-byte aligned A and B, lda and ldb multiples of 8";
@@ -221,6 +223,8 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
       if (path == GemmPath::kTmaPairA64) plan = {64, 1, 2, true};
       if (path == GemmPath::kTmaQuadA64) plan = {64, 1, 4, true};
       if (path == GemmPath::kTmaOctA64) plan = {64, 1, 8, true};
+      if (path == GemmPath::kTmaCpAsync128) plan = {128, 1, 1, false, true};
+      if (path == GemmPath::kTmaCpAsync64) plan = {64, 1, 1, false, true};
       if (path == GemmPath::kTmaPlanned || path == GemmPath::kTmaPlannedSerial) plan = gemm_tma::tile_plan(p, sm_count());
       gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op,
                        path == GemmPath::kTmaPersistent ? gemm_tma::Store::kRegisters : gemm_tma::Store::kTma, plan,

@@ -23,6 +23,8 @@ enum class GemmPath {
   kTmaPairA64,     // kTmaStore64 likewise (both: any M, N)
   kTmaQuadA64,     // kTmaStore64 with 4 horizontally adjacent tiles in a 4-CTA cluster, A multicast (any M, N)
   kTmaOctA64,      // likewise with 8 tiles in an 8-CTA cluster
+  kTmaCpAsync128,  // kTmaStore128 with the slices loaded by the producer's 128 threads with cp.async
+  kTmaCpAsync64,   // kTmaStore64 likewise
   kTmaPlanned,     // the TMA-store kernel on gemm_tma::tile_plan's tiles and split, queued by
                    // programmatic dependent launch (what kAuto takes with beta == 0 and an aligned C)
   kTmaPlannedSerial,  // kTmaPlanned queued by an ordinary launch (rung 12-13's production; rung 15's baseline)

@@ -197,6 +197,42 @@ __device__ __forceinline__ void tma_multicast_part(uint32_t tile, const CUtensor
   }
 }
 
+/// Thread t's (0..127 of the producer warpgroup) share of one operand's kMN x 64 slice, copied with
+/// cp.async 16 bytes at a time into its tile at `tile` in exactly the layout a TMA box lands in
+/// (rung 18, kCpAsync): chunk c (16 bytes = 8 halfs) of tile row r at r * 128 + ((c ^ (r % 8)) * 16).
+/// Tile rows are the kMN rows of a K-major operand stored (MN, K) (row r: mn0 + r, chunk c: k0 + 8c),
+/// or the kMN / 64 panels of 64 k-rows of an MN-major one stored (K, MN) (row r: k0 + r % 64, chunk
+/// c: mn0 + 64 (r / 64) + 8c). The slice is kMN * 8 chunks; thread t copies chunks t, t + 128, ...:
+/// a warp covers 4 whole 128-byte rows per instruction, so the load unit merges each row into the
+/// sectors it touches (5 where a row starts 16 bytes into a sector). What lies outside the matrix
+/// (rows at or past mn_extent or k_extent, the part of a chunk past the last column) is zero-filled
+/// by cp.async's source size, as TMA fills a box: the same tile bits either way. base must be
+/// 16-byte aligned and ld a multiple of 8 (operands_supported), so every chunk is aligned.
+template <int kMN, bool kMnMajor>
+__device__ __forceinline__ void cp_async_operand(uint32_t tile, const uint16_t* base, int64_t ld, int mn_extent,
+                                                 int k_extent, int mn0, int k0, int t) {
+  constexpr int kChunksPerThread = kMN * 8 / 128;
+  const int c = t % 8;
+#pragma unroll
+  for (int i = 0; i < kChunksPerThread; ++i) {
+    const int r = t / 8 + 16 * i;
+    const uint32_t dst = tile + r * 128 + ((c ^ (r % 8)) << 4);
+    int64_t offset;
+    int bytes;
+    if constexpr (kMnMajor) {
+      const int k = k0 + r % 64, mn = mn0 + 64 * (r / 64) + 8 * c;
+      bytes = k < k_extent ? min(16, max(0, 2 * (mn_extent - mn))) : 0;
+      offset = static_cast<int64_t>(k) * ld + mn;
+    } else {
+      const int mn = mn0 + r, k = k0 + 8 * c;
+      bytes = mn < mn_extent ? min(16, max(0, 2 * (k_extent - k))) : 0;
+      offset = static_cast<int64_t>(mn) * ld + k;
+    }
+    // (With 0 bytes nothing is read, but the address must still be valid: the operand's base.)
+    tensor_core::cp_async_16(dst, bytes > 0 ? base + offset : base, bytes);
+  }
+}
+
 /// The epilogue of one consumer through shared memory and TMA stores (rung 11): alpha applied, the
 /// 64 x kBN FP32 accumulators written as kBoxes boxes of 64 rows x 128 bytes (kBN = 256, FP32: 8 boxes
 /// of 32 columns; FP16: 4 boxes of 64) into the consumer's two box buffers, each stored by its first thread
@@ -310,7 +346,8 @@ __device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin,
 /// adds the partial to its own (rank 0's half + rank 1's half, always in that order: the same bits
 /// every run), releases the buffer (unless it was the cluster's last tile: no wait of rank 1 pairs
 /// with that arrival) and stores the tile as kSplit = 1 does. Rank 1 stores nothing.
-template <bool kATrans, bool kBTrans, int kBN = kBlockN, int kSplit = 1, int kPair = 1, bool kShareA = false>
+template <bool kATrans, bool kBTrans, int kBN = kBlockN, int kSplit = 1, int kPair = 1, bool kShareA = false,
+          bool kCpAsync = false>
 __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p, const CUtensorMap* map_a,
                                                             const CUtensorMap* map_b, const CUtensorMap* map_c,
                                                             uint8_t* smem_raw) {
@@ -324,6 +361,8 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
                 "kPair 2: unsplit; sharing B 256- or 128-wide tiles, sharing A 128- or 64-wide ones; "
                 "kPair 4 or 8: 64-wide tiles sharing A");
   static_assert(!kShareA || kPair >= 2, "kShareA: a cluster plan");
+  static_assert(!kCpAsync || (kSplit == 1 && kPair == 1 && kBN <= 128),
+                "kCpAsync: the unclustered 128- and 64-wide tiles");
   constexpr int kCluster = kSplit * kPair;  // CTAs per cluster (1: not a cluster launch)
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -345,7 +384,8 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     tc::tma_prefetch_map(map_a);
     tc::tma_prefetch_map(map_b);
     for (int s = 0; s < kStages; ++s) {
-      tc::mbarrier_init(full_bar + 8 * s, 1);                // the producer's arrive.expect_tx
+      // The producer's arrive.expect_tx (TMA), or one cp.async arrival per producer thread (kCpAsync).
+      tc::mbarrier_init(full_bar + 8 * s, kCpAsync ? 128 : 1);
       tc::mbarrier_init(empty_bar + 8 * s, kConsumers * kPair);  // one thread per consumer warpgroup (of every CTA)
     }
     if constexpr (kSplit == 2) {
@@ -387,7 +427,23 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   if (warpgroup == 0) {
     // Producer. The other 127 threads only give their registers back and finish.
     tc::setmaxnreg_dec<kProducerRegs>();
-    if (tid == 0) {
+    if constexpr (kCpAsync) {
+      // Rung 18: all 128 threads copy every slice (cp_async_operand), each arriving on the slot's
+      // full barrier once its own copies have landed.
+      int it = 0;
+      for (int u = group; u < units; u += groups) {
+        int tile_m, tile_n;
+        unit_origin(u, &tile_m, &tile_n);
+        for (int kt = k_begin; kt < k_end; ++kt, ++it) {
+          const int slot = it % kStages;
+          tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);
+          cp_async_operand<kBlockM, kAMnMajor>(a_tile(slot), p.A, p.lda, p.M, p.K, tile_m, kt * kBlockK, tid);
+          cp_async_operand<kBN, kBMnMajor>(b_tile(slot), p.B, p.ldb, p.N, p.K, tile_n, kt * kBlockK, tid);
+          tc::cp_async_mbarrier_arrive_noinc(full_bar + 8 * slot);
+        }
+      }
+      tc::cp_async_wait<0>();  // no copy outlives its thread
+    } else if (tid == 0) {
       int it = 0;
       for (int u = group; u < units; u += groups) {
         int tile_m, tile_n;
@@ -441,6 +497,8 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     for (int kt = k_begin; kt < k_end; ++kt, ++it) {
       const int slot = it % kStages;
       tc::mbarrier_wait(full_bar + 8 * slot, (it / kStages) & 1);
+      // cp.async wrote the slot through the generic proxy; wgmma reads it through the async proxy.
+      if constexpr (kCpAsync) tc::fence_proxy_async_shared();
       gemm_wgmma::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {

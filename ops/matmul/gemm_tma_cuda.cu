@@ -35,14 +35,14 @@
 namespace halfgrad::cuda::gemm_tma {
 namespace {
 
-template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA>
+template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA, bool kCpAsync = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_c, bool tma_store, GemmProblem p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem[];
-  warp_specialized_gemm_block<kATrans, kBTrans, kBN, kSplit, kPair, kShareA>(p, &map_a, &map_b,
-                                                                             tma_store ? &map_c : nullptr, smem);
+  warp_specialized_gemm_block<kATrans, kBTrans, kBN, kSplit, kPair, kShareA, kCpAsync>(
+      p, &map_a, &map_b, tma_store ? &map_c : nullptr, smem);
 #elif defined(__CUDA_ARCH__)
   __trap();  // built without sm_90a: never launched (device_supported), loud if it were
 #endif
@@ -73,11 +73,11 @@ void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, 
 /// How many (kSplit x kPair)-CTA clusters of this kernel can be resident at once (a cluster must fit
 /// in one GPC, so fewer than #SMs / 2 may), after the kernel's shared-memory opt-in; queried once per
 /// kernel.
-template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA>
+template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA, bool kCpAsync = false>
 int resident_clusters(const char* op) {
   constexpr int kSmem = TmaTile<kBN, kSplit>::kSmemBytes;
   constexpr int kCluster = kSplit * kPair;
-  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair, kShareA>;
+  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair, kShareA, kCpAsync>;
   static const int clusters = [&] {
     HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     if (kCluster == 1) return 1;  // not a cluster launch: only the opt-in was needed
@@ -100,20 +100,21 @@ int resident_clusters(const char* op) {
   return clusters;
 }
 
-template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA>
+template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA, bool kCpAsync>
 void launch_layout(const GemmProblem& p, Schedule schedule, Store store, Launch launch_mode, const char* op) {
   constexpr int kSmem = TmaTile<kBN, kSplit>::kSmemBytes;
   constexpr int kCluster = kSplit * kPair;
-  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair, kShareA>;
+  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair, kShareA, kCpAsync>;
   HG_CHECK(kPair == 1 || kShareA || tiles_m(p.M) % 2 == 0,
            op << ": the TMA GEMM's B-sharing pair plan needs an even number of 128-row tile-rows; M = " << p.M);
-  const int clusters = resident_clusters<kATrans, kBTrans, kBN, kSplit, kPair, kShareA>(op);
+  const int clusters = resident_clusters<kATrans, kBTrans, kBN, kSplit, kPair, kShareA, kCpAsync>(op);
   // A group is one CTA (as many as SMs), or one cluster of 2 CTAs that share a tile's K (split) or
   // a pair of tiles' A or B (pair), or of 4 or 8 that share their A (cluster plans).
   const int64_t max_groups = kCluster == 1 ? sm_count() : clusters;
   HG_CHECK(max_groups >= 1, op << ": no " << kCluster << "-CTA cluster of the TMA GEMM kernel fits on this GPU");
-  CUtensorMap map_a, map_b;
-  operand_maps(p, kATrans, kBTrans, kBN, &map_a, &map_b, op, kShareA ? 1 : kPair, kShareA ? kPair : 1);
+  // (The cp.async producer reads A and B through plain pointers: its kernel ignores the maps.)
+  CUtensorMap map_a = {}, map_b = {};
+  if (!kCpAsync) operand_maps(p, kATrans, kBTrans, kBN, &map_a, &map_b, op, kShareA ? 1 : kPair, kShareA ? kPair : 1);
   CUtensorMap map_c = {};
   const bool tma_store = store == Store::kTma && tma_store_possible(p);
   if (tma_store) {
@@ -260,12 +261,15 @@ void check_plan(TilePlan plan, const char* op) {
       : plan.pair == 2
           ? plan.split == 1 && (plan.share_a ? plan.width <= 128 : plan.width >= 128)
           : (plan.pair == 4 || plan.pair == 8) && plan.split == 1 && plan.share_a && plan.width == 64;
+  const bool cp_async_ok = !plan.cp_async || (plan.split == 1 && plan.pair == 1 && plan.width <= 128);
   HG_CHECK((plan.width == 256 || plan.width == 128 || plan.width == 64) &&
-               (plan.split == 1 || (plan.split == 2 && plan.width <= 128)) && pair_ok,
+               (plan.split == 1 || (plan.split == 2 && plan.width <= 128)) && pair_ok && cp_async_ok,
            op << ": the TMA GEMM is built for 128 x 256, 128 x 128 and 128 x 64 tiles, the narrow two also with K "
                  "split over 2 CTAs, the wide two also in pairs sharing B, the narrow two also in pairs sharing A, "
-                 "the 64-wide also in clusters of 4 or 8 sharing A; got width "
-              << plan.width << ", split " << plan.split << ", pair " << plan.pair << (plan.share_a ? " sharing A" : ""));
+                 "the 64-wide also in clusters of 4 or 8 sharing A, the narrow two unclustered also with a cp.async producer; "
+                 "got width "
+              << plan.width << ", split " << plan.split << ", pair " << plan.pair << (plan.share_a ? " sharing A" : "")
+              << (plan.cp_async ? " with cp.async" : ""));
 }
 
 void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, CUtensorMap* map_a, CUtensorMap* map_b,
@@ -280,13 +284,15 @@ void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, 
 
 namespace {
 
-template <int kBN, int kSplit, int kPair = 1, bool kShareA = false>
+template <int kBN, int kSplit, int kPair = 1, bool kShareA = false, bool kCpAsync = false>
 void launch_plan(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, Store store, Launch launch_mode,
                  const char* op) {
-  if (!a_trans && !b_trans) launch_layout<false, false, kBN, kSplit, kPair, kShareA>(p, schedule, store, launch_mode, op);
-  if (!a_trans && b_trans) launch_layout<false, true, kBN, kSplit, kPair, kShareA>(p, schedule, store, launch_mode, op);
-  if (a_trans && !b_trans) launch_layout<true, false, kBN, kSplit, kPair, kShareA>(p, schedule, store, launch_mode, op);
-  if (a_trans && b_trans) launch_layout<true, true, kBN, kSplit, kPair, kShareA>(p, schedule, store, launch_mode, op);
+  constexpr int S = kSplit, P = kPair;
+  constexpr bool A = kShareA, C = kCpAsync;
+  if (!a_trans && !b_trans) launch_layout<false, false, kBN, S, P, A, C>(p, schedule, store, launch_mode, op);
+  if (!a_trans && b_trans) launch_layout<false, true, kBN, S, P, A, C>(p, schedule, store, launch_mode, op);
+  if (a_trans && !b_trans) launch_layout<true, false, kBN, S, P, A, C>(p, schedule, store, launch_mode, op);
+  if (a_trans && b_trans) launch_layout<true, true, kBN, S, P, A, C>(p, schedule, store, launch_mode, op);
 }
 
 }  // namespace
@@ -297,7 +303,10 @@ void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule,
   HG_CHECK(operands_supported(p), op << ": the TMA GEMM needs 16-byte aligned A and B and lda, ldb multiples of 8; got lda "
                                      << p.lda << ", ldb " << p.ldb);
   check_plan(plan, op);
-  if (plan.pair == 8) {
+  if (plan.cp_async) {
+    if (plan.width == 128) launch_plan<128, 1, 1, false, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
+    if (plan.width == 64) launch_plan<64, 1, 1, false, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
+  } else if (plan.pair == 8) {
     launch_plan<64, 1, 8, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
   } else if (plan.pair == 4) {
     launch_plan<64, 1, 4, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);

@@ -44,6 +44,10 @@ struct TilePlan {
   int split = 1;
   int pair = 1;
   bool share_a = false;
+  /// The producer warpgroup's 128 threads load the slices with cp.async 16 bytes at a time instead of
+  /// one thread issuing TMA boxes (rung 18, bench/gemm/cp_async_producer.cu; split 1, pair 1, widths
+  /// 128 and 64).
+  bool cp_async = false;
 };
 
 /// gemm_f16's plan for problem p on `sms` SMs (rungs 12 and 13, bench/gemm/README.md). Each

@@ -62,6 +62,15 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+/// Makes the barrier at `bar` (shared memory) receive one arrival once every cp.async this thread has
+/// issued so far has landed, without adding to the arrivals it expects (.noinc): the barrier must be
+/// initialised to count this arrival among its own. The waiter's acquire on the barrier then sees
+/// the copies (PTX ISA, "cp.async.mbarrier.arrive"); a wgmma reading them still needs
+/// fence.proxy.async after the wait, cp.async being generic-proxy writes.
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // ---- ldmatrix (sm_75+, used from sm_80) ------------------------------------------------------------
 
 /// Four 8x8 matrices of 16-bit words (FP16 or BF16) from shared memory; lane l gives the row address

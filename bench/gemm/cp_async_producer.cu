@@ -1,0 +1,55 @@
+// cp_async_producer.cu - rung 18 of the GEMM ladder: the producer warpgroup loads the slices itself,
+// all 128 of its threads issuing cp.async 16 bytes at a time, instead of one thread issuing TMA boxes
+// (ops/matmul/gemm_tma.cuh, kCpAsync; TilePlan::cp_async). Everything else is rung 12's unclustered
+// 128 x w tile (w = 64 or 128 as tile_plan picks it without splits). Needs an sm_90 GPU.
+//
+// Math: C (M, N) = A (M, K) * B (K, N); A, B FP16 row-major, C FP32 row-major (gemm_rungs.h).
+// Parallel mapping: one persistent CTA of 384 threads per SM (1 producer + 2 consumer warpgroups)
+// walking 128 x w tiles in the grouped order. Producer thread t copies 16-byte chunks t, t + 128, ...
+// of each operand's slice into the slot, in the 128-byte-swizzled layout a TMA box lands in
+// (cp_async_operand), and arrives on the slot's full barrier through cp.async.mbarrier.arrive.noinc
+// (the barrier expects 128 arrivals instead of one arrival plus a byte count); each consumer thread
+// fences the async proxy after its wait, since cp.async writes through the generic proxy and wgmma
+// reads through the async one. Precision: FP16 operands, FP32 accumulation, FP32 output.
+//
+// What it adds, and why it should be faster where rows are not whole 32-byte sectors: ncu (README,
+// "Row alignment") puts the 64-wide TMA kernel at 13.8 us and 61 MB of L2 traffic at 1000^3
+// (2000-byte rows: every other row starts 16 bytes into a sector) against 9.7 us and 41 MB at 1008^3
+// (2016-byte rows), and 1016^3 as slow as 1000^3. A 128-byte row that starts mid-sector touches 5
+// sectors instead of 4, +12.5% over the tile; the measured +50% is what one would see if TMA fetched
+// such a row 16 bytes (one sector access) at a time. A warp's cp.async covers 4 whole rows per
+// instruction, which the load unit merges into the sectors the rows touch, 5 per misaligned row.
+// What it costs: 12 (w 64) or 16 (w 128) cp.async and address computations per producer thread per
+// slice instead of 1-3 TMA instructions by one thread, and a proxy fence per consumer thread per slice.
+// Predicted on the H200 (written before the first run), kernel alone (ncu) and per launch
+// (--dispatch), N/N, FP32 and FP16 out: 1000^3 cp_async_64 13.8 -> 10.0-10.8 us, L2 61 -> 43-47 MB,
+// per launch 0.70x -> 0.80-0.86x cuBLAS (the best family there); cp_async_128 12.3 -> 11.2-11.8 us,
+// 0.78x -> 0.80-0.84x. On sector-aligned rows (1024^3, 4096^3) it should lose to the TMA producer:
+// 0-10% at 1024^3, 5-15% at 4096^3, where the producer's instruction issue competes with the
+// consumers' for the SM's schedulers.
+//
+// Edges: any M, N, K: cp.async's source size zero-fills what lies outside A or B, the same bits as
+// TMA's zero fill (test: "the cp.async producer fills the tiles TMA fills"); stores as rung 12's.
+// Any M; K, N multiples of 8 (16-byte aligned rows).
+#include "bench/gemm/dense_problem.cuh"
+#include "bench/gemm/gemm_rungs.h"
+#include "core/cuda/runtime.h"
+#include "ops/matmul/gemm_tma_cuda.h"
+#include "ops/matmul/gemm_wgmma_cuda.h"
+
+namespace halfgrad::bench {
+
+const char* gemm_cp_async_producer(const DenseGemm& g) {
+  const char* op = "cp_async_producer";
+  namespace gt = cuda::gemm_tma;
+  if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma)";
+  if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (16-byte aligned rows)";
+  const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
+  gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1);
+  plan.width = plan.width == 256 ? 128 : plan.width;  // the cp.async producer is built for widths 128 and 64
+  plan.cp_async = true;
+  gt::launch(p, false, false, gt::Schedule::kPersistent, op, gt::Store::kTma, plan);
+  return nullptr;
+}
+
+}  // namespace halfgrad::bench
