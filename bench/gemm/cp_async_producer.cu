@@ -28,6 +28,17 @@
 // 0-10% at 1024^3, 5-15% at 4096^3, where the producer's instruction issue competes with the
 // consumers' for the SM's schedulers.
 //
+// Measured (H200, 2026-12-03, 37885a3; bench/results/2026-12-03_37885a3_h200_cp_async_producer.txt):
+// the prediction failed on both counts. ncu, kernel alone, FP32 out: cp_async_128 29.7-30.6 us
+// (1000^3) and 29.3-30.1 us (1024^3) against the TMA producer's 12.2-12.9 and 11.1; cp_async_64
+// 19.7-20.0 and 19.7-20.3 us against 13.4-13.5 and 9.3. The time does not depend on the row
+// alignment: the 128-thread cp.async producer is what limits (issue and latency; not analysed
+// further). And the L2 traffic it was to cut rose: at 1000^3 52-58 MB (128 wide) and 70-72 MB (64
+// wide) against TMA's 45 and 61, while at 1024^3 it is TMA's (32-35 / 34-37 MB): the cost of
+// rows that start mid-sector is not a TMA artefact. --dispatch, 1000^3 N/N per launch: 0.34x /
+// 0.50x cuBLAS against 0.79x / 0.71x. The same bits as the TMA producer (the test passed on the H200).
+// Not used by gemm_f16.
+//
 // Edges: any M, N, K: cp.async's source size zero-fills what lies outside A or B, the same bits as
 // TMA's zero fill (test: "the cp.async producer fills the tiles TMA fills"); stores as rung 12's.
 // Any M; K, N multiples of 8 (16-byte aligned rows).
