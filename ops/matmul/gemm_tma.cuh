@@ -7,8 +7,9 @@
 // horizontally adjacent tiles (kPair = 2, 4, 8 with kShareA; see warp_specialized_gemm_block).
 // ops/matmul/gemm_tma_cuda.cu launches it for gemm_f16 on sm_90; bench/gemm/warp_specialized.cu (one
 // CTA per tile), persistent.cu (one CTA per SM), tma_store_epilogue.cu, tile_width.cu,
-// split_k_cluster.cu, multicast_pair.cu, multicast_a_pair.cu and multicast_a_cluster.cu launch it as
-// rungs 8, 9, 11-14, 16 and 17 of the ladder, and
+// split_k_cluster.cu, multicast_pair.cu, multicast_a_pair.cu, multicast_a_cluster.cu and
+// cp_async_producer.cu (kCpAsync: the producer's 128 threads load by cp.async, cp_async_operand)
+// launch it as rungs 8, 9, 11-14 and 16-18 of the ladder, and
 // tma_mbarrier_pipeline.cu (rung 7) uses its TMA loads. Private to ops/matmul/ and bench/gemm/;
 // compiled only for the sm_90a target.
 //
