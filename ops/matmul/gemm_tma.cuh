@@ -426,25 +426,11 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   split_range<kSplit>((p.K + kBlockK - 1) / kBlockK, kSplit == 1 ? 0 : rank, &k_begin, &k_end);
 
   if (warpgroup == 0) {
-    // Producer. The other 127 threads only give their registers back and finish.
+    // Producer: thread 0 issues the TMA loads, and the other 127 only give their registers
+    // back and finish; or (rung 18, kCpAsync) all 128 copy every slice with cp.async
+    // (cp_async_operand), each arriving on the slot's full barrier once its own copies have landed.
     tc::setmaxnreg_dec<kProducerRegs>();
-    if constexpr (kCpAsync) {
-      // Rung 18: all 128 threads copy every slice (cp_async_operand), each arriving on the slot's
-      // full barrier once its own copies have landed.
-      int it = 0;
-      for (int u = group; u < units; u += groups) {
-        int tile_m, tile_n;
-        unit_origin(u, &tile_m, &tile_n);
-        for (int kt = k_begin; kt < k_end; ++kt, ++it) {
-          const int slot = it % kStages;
-          tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);
-          cp_async_operand<kBlockM, kAMnMajor>(a_tile(slot), p.A, p.lda, p.M, p.K, tile_m, kt * kBlockK, tid);
-          cp_async_operand<kBN, kBMnMajor>(b_tile(slot), p.B, p.ldb, p.N, p.K, tile_n, kt * kBlockK, tid);
-          tc::cp_async_mbarrier_arrive_noinc(full_bar + 8 * slot);
-        }
-      }
-      tc::cp_async_wait<0>();  // no copy outlives its thread
-    } else if (tid == 0) {
+    if (kCpAsync || tid == 0) {
       int it = 0;
       for (int u = group; u < units; u += groups) {
         int tile_m, tile_n;
@@ -452,6 +438,12 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
         for (int kt = k_begin; kt < k_end; ++kt, ++it) {
           const int slot = it % kStages;
           tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);  // kPair > 1: free in every CTA
+          if constexpr (kCpAsync) {
+            cp_async_operand<kBlockM, kAMnMajor>(a_tile(slot), p.A, p.lda, p.M, p.K, tile_m, kt * kBlockK, tid);
+            cp_async_operand<kBN, kBMnMajor>(b_tile(slot), p.B, p.ldb, p.N, p.K, tile_n, kt * kBlockK, tid);
+            tc::cp_async_mbarrier_arrive_noinc(full_bar + 8 * slot);
+            continue;
+          }
           tc::mbarrier_arrive_expect_tx(full_bar + 8 * slot, kStageBytes);
           if constexpr (kShareA) {
             tma_multicast_part<kBlockM, kAMnMajor, kPair>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m,
@@ -466,6 +458,7 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
           }
         }
       }
+      if constexpr (kCpAsync) tc::cp_async_wait<0>();  // no copy outlives its thread
     }
     return;
   }
