@@ -347,6 +347,15 @@ __device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin,
 /// adds the partial to its own (rank 0's half + rank 1's half, always in that order: the same bits
 /// every run), releases the buffer (unless it was the cluster's last tile: no wait of rank 1 pairs
 /// with that arrival) and stores the tile as kSplit = 1 does. Rank 1 stores nothing.
+///
+/// Cluster barriers (kSplit or kPair > 1): one after the barrier inits (published at cluster scope by
+/// fence_mbarrier_init) and one before exit, both with a relaxed arrive (cluster_arrive_relaxed,
+/// cluster_wait): a releasing one (cluster_sync) waits on a GPU-scope memory barrier, which at the end
+/// stood behind the tile's stores (1000^3 pair_a_64: ~7% of the consumers' time). Every cross-CTA
+/// access is ordered by the mbarriers themselves; the one left is the peers' last slot releases,
+/// which the producer waits for in its tail (kPair > 1: kStages more empty-barrier waits, CUTLASS's
+/// producer_tail) so that its CTA cannot exit before they land. The final barrier is what lets
+/// compute-sanitizer's racecheck, which cannot follow the mbarriers, see that no CTA exits early.
 template <bool kATrans, bool kBTrans, int kBN = kBlockN, int kSplit = 1, int kPair = 1, bool kShareA = false,
           bool kCpAsync = false>
 __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p, const CUtensorMap* map_a,
@@ -368,7 +377,11 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warpgroup = tid / 128;
-  const uint32_t smem = (gemm_tiles::shared_address(smem_raw) + 1023) & ~1023u;
+  uint32_t smem = (gemm_tiles::shared_address(smem_raw) + 1023) & ~1023u;
+  // Held in a register from here on: left to itself, nvcc recomputed the base (S2UR of the CTA's
+  // cluster id, whose latency the next instructions waited for) twice in every slice of the
+  // consumers' loop (ncu source view, 1000^3).
+  asm volatile("" : "+r"(smem));
   const uint32_t reduce_buffers = smem + kStages * kStageBytes;      // kSplit 2: 1 per consumer
   const uint32_t store_buffers = reduce_buffers + Tile::kReduceBytes;  // 2 box buffers per consumer
   const uint32_t full_bar = store_buffers + kStoreBytes;                // kStages barriers of 8 bytes
@@ -398,9 +411,14 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     tc::fence_mbarrier_init();
   }
   // A cluster's barriers are arrived on (and, kPair > 1, written into) from the other CTAs: the inits
-  // must be visible cluster-wide.
-  if constexpr (kCluster > 1) tc::cluster_sync();
-  else __syncthreads();
+  // must be visible cluster-wide. fence_mbarrier_init released them at cluster scope, so the barrier
+  // need not release anything (a releasing one waits on a GPU-scope memory barrier).
+  if constexpr (kCluster > 1) {
+    tc::cluster_arrive_relaxed();
+    tc::cluster_wait();
+  } else {
+    __syncthreads();
+  }
   // Programmatic dependent launch (gemm_tma_cuda.cu's Launch::kDependent; no-ops otherwise). Up to
   // here the CTA touched only its own shared memory and its parameters, so this prologue (and the
   // CTA's launch) may overlap the previous kernel; from here on it reads A, B (and C) and writes C,
@@ -459,6 +477,15 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
         }
       }
       if constexpr (kCpAsync) tc::cp_async_wait<0>();  // no copy outlives its thread
+      // (kPair > 1) The producer's tail, as CUTLASS's producer_tail: the waits the next kStages
+      // slices would make before refilling their slots, i.e. until every consumer of the cluster has
+      // released the last slice of each slot (a slot never filled passes at once). The other CTAs'
+      // consumers arrive on this CTA's empty barriers, so without it the CTA could exit, and its
+      // shared memory pass to a later CTA, before a remote arrival lands.
+      if constexpr (kPair > 1) {
+        for (int n = 0; n < kStages; ++n, ++it)
+          tc::mbarrier_wait(empty_bar + 8 * (it % kStages), ((it / kStages) & 1) ^ 1);
+      }
     }
     return;
   }
@@ -556,11 +583,16 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   // global memory need not have landed; they are complete when the grid is, as CUTLASS's epilogue assumes).
   if (map_c != nullptr && t128 == 0) tensor_core::tma_store_wait_read<0>();
   // A cluster's CTAs touch each other's shared memory (partials or multicast slices, barrier
-  // arrivals): neither may exit while the other might still do so. The protocol above already orders every access before the
-  // owner's last wait, but compute-sanitizer's racecheck cannot see that through the mbarriers, and
-  // one cluster barrier per launch (the producers have exited: barrier.cluster waits for the
-  // non-exited threads only) costs nothing measurable.
-  if constexpr (kCluster > 1) tc::cluster_sync();
+  // arrivals): neither may exit while the other might still do so. The protocol above already
+  // orders every access before the owner's last wait (the full and reduce barriers for the data, the
+  // producer's tail for the remote releases), but compute-sanitizer's racecheck cannot see that
+  // through the mbarriers: one cluster barrier per launch, which waits for the non-exited threads
+  // only (the producer's, in its tail). Relaxed: with cluster_sync's release the consumers waited on
+  // a GPU-scope memory barrier behind their tile's stores (ncu, 1000^3 pair_a_64: ~7% of their time).
+  if constexpr (kCluster > 1) {
+    tc::cluster_arrive_relaxed();
+    tc::cluster_wait();
+  }
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

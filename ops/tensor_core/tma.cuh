@@ -47,7 +47,7 @@ __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
 }
 
 /// Makes mbarrier inits visible to the async proxy (TMA's complete_tx) and to the other CTAs of the
-/// cluster; follow it with __syncthreads() or cluster_sync().
+/// cluster; follow it with __syncthreads(), or cluster_arrive_relaxed() and cluster_wait().
 __device__ __forceinline__ void fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
@@ -266,13 +266,26 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
 }
 
 /// Barrier over every thread of every CTA in the cluster (release on arrive, acquire on wait): after
-/// it, the other CTAs' barrier inits and shared writes before it are visible.
+/// it, the other CTAs' barrier inits and shared writes before it are visible. The release costs a
+/// GPU-scope memory barrier (MEMBAR.ALL.GPU + ERRBAR in the SASS: every earlier global write of the
+/// thread is waited for), which where the CTA has just stored its tile is most of a microsecond.
 __device__ __forceinline__ void cluster_sync() {
   asm volatile(
       "barrier.cluster.arrive.release.aligned;\n"
       "barrier.cluster.wait.acquire.aligned;\n" ::
           : "memory");
 }
+
+/// The two halves of a cluster barrier with a relaxed arrive (CUTLASS's cluster_arrive_relaxed and
+/// cluster_wait): cluster_wait returns once every non-exited thread of the cluster has executed
+/// cluster_arrive_relaxed. The wait still acquires, but the arrive releases nothing, so no GPU-scope
+/// fence is paid and the barrier orders only what was released otherwise: mbarrier inits published by
+/// fence_mbarrier_init (release at cluster scope), or accesses already ordered by mbarriers.
+/// Executed by every thread of the warp (.aligned).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
 
 // ---------------------------------------------------------------------------------------------
 // Programmatic dependent launch (PTX ISA "griddepcontrol"; CUDA Programming Guide, "Programmatic
