@@ -56,7 +56,7 @@ const char* gemm_cp_async_producer(const DenseGemm& g) {
   if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (16-byte aligned rows)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
-  gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1);
+  gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1, /*max_pair=*/1);
   plan.width = plan.width == 256 ? 128 : plan.width;  // the cp.async producer is built for widths 128 and 64
   plan.cp_async = true;
   gt::launch(p, false, false, gt::Schedule::kPersistent, op, gt::Store::kTma, plan);

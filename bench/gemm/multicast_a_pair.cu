@@ -38,7 +38,11 @@
 // outside C). ncu's lts__t_bytes did not fall by the A reads saved (1000^3 pair_a_64 54 MB against
 // 61 unpaired, where about 17 MB less was expected; 4096^3 pair_a_128 2.05 GB against 1.90, a rise): either
 // the counter counts each multicast delivery or other traffic dominates; which, not established.
-// gemm_f16's tile_plan does not share A: no rule the data supports.
+// gemm_f16's tile_plan did not share A then: no rule the data supported. With the relaxed cluster
+// barriers and the producer's tail (2026-12-04, gemm_tma.cuh) pair_a_64 ran 1000^3 N/N at 0.85x /
+// 0.83x cuBLAS, and tile_plan takes it where the rows are not whole sectors and one wave of 128 x 64
+// pairs beats the wider tiles (gemm_tma_cuda.cu). This rung keeps the unpaired plan's width
+// (tile_plan with max_pair 1) as its starting point.
 //
 // Edges: rung 12's (TMA skips the parts of a box outside C); where the tile-columns are odd, the last
 // unit of a tile-row has a second tile wholly outside C, whose loads are zero fill and whose stores
@@ -57,7 +61,7 @@ const char* gemm_multicast_a_pair(const DenseGemm& g) {
   if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
-  gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1);
+  gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1, /*max_pair=*/1);
   plan.width = plan.width == 256 ? 128 : 64;  // A-sharing pairs are built for the 128- and 64-wide tiles
   plan.pair = 2;
   plan.share_a = true;

@@ -1,7 +1,7 @@
 // tile_width.cu - rung 12 of the GEMM ladder: rung 11 (persistent, warp-specialised, TMA loads and
 // TMA stores) on a tile whose width fits the problem to the SM count: 128 x 256 where there are
 // enough such tiles, else 128 x 128 or 128 x 64 (ops/matmul/gemm_tma.cuh's TmaTile; the width from
-// gemm_tma::tile_plan without splits: gemm_f16's rule less rung 13). Needs an sm_90 GPU.
+// gemm_tma::tile_plan without splits or pairs: gemm_f16's rule less rungs 13, 14 and 16). Needs an sm_90 GPU.
 //
 // Math: C (M, N) = A (M, K) * B (K, N); A, B FP16 row-major, C FP32 row-major (gemm_rungs.h).
 // Parallel mapping: rung 11's (one CTA per SM, 1 producer + 2 consumer warpgroups), tile 128 x w.
@@ -37,7 +37,7 @@ const char* gemm_tile_width(const DenseGemm& g) {
   if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
-  const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(p, cuda::sm_count(), /*max_split=*/1);
+  const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(p, cuda::sm_count(), /*max_split=*/1, /*max_pair=*/1);
   cuda::gemm_tma::launch(p, false, false, cuda::gemm_tma::Schedule::kPersistent, op, cuda::gemm_tma::Store::kTma,
                          plan);
   return nullptr;

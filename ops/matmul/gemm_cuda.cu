@@ -47,6 +47,7 @@
 #include "ops/matmul/gemm_cuda.h"
 
 #include <climits>
+#include <string>
 
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_mma_tiles.cuh"
@@ -136,10 +137,9 @@ bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t
 
 const char* layout_name(GemmLayout l) { return l == GemmLayout::N ? "N" : "T"; }
 
-}  // namespace
-
-const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
-  const char* op = a.op ? a.op : "gemm";
+/// Checks a's extents, pointers and leading dimensions (halfgrad::Error naming op) and returns them
+/// as the kernels' problem.
+GemmProblem checked_problem(const GemmArgs& a, const char* op) {
   HG_CHECK(a.M >= 1 && a.N >= 1 && a.K >= 1,
            op << ": gemm_f16 needs M, N, K >= 1; got M=" << a.M << " N=" << a.N << " K=" << a.K);
   // The kernels round M and N up to their tiles (at most 256) in int32.
@@ -178,7 +178,28 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
   p.out.pair_ok = a.ldc % 2 == 0 && aligned(a.C, a.c_half ? 4 : 8);
 
   p.out.quad_ok = a.ldc % 4 == 0 && aligned(a.C, a.c_half ? 8 : 16);
+  return p;
+}
 
+}  // namespace
+
+std::string gemm_f16_choice(const GemmArgs& a) {
+  const char* op = a.op ? a.op : "gemm";
+  const GemmProblem p = checked_problem(a, op);
+  const bool tma_ok = !a.bf16 && gemm_wgmma::device_supported(op) && gemm_tma::operands_supported(p);
+  const GemmPath path = tma_ok ? hopper_path(p, sm_count()) : GemmPath::kMmaSync;
+  if (path == GemmPath::kMmaSync) return "mma_sync";
+  if (path == GemmPath::kTmaPersistent) return "tma";
+  const gemm_tma::TilePlan plan = gemm_tma::tile_plan(p, sm_count());
+  const std::string width = std::to_string(plan.width);
+  if (plan.split == 2) return "split_" + width;
+  if (plan.pair == 2) return (plan.share_a ? "pair_a_" : "pair_") + width;
+  return plan.width == 256 ? "tma_store" : "tma_store_" + width;
+}
+
+const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
+  const char* op = a.op ? a.op : "gemm";
+  GemmProblem p = checked_problem(a, op);
   const bool vector = a.lda % 8 == 0 && a.ldb % 8 == 0 && aligned(a.A, 16) && aligned(a.B, 16);
   const bool at = a.a_layout == GemmLayout::T;
   const bool bt = a.b_layout == GemmLayout::T;

@@ -2,6 +2,8 @@
 // every family on the same problem and the automatic choice (gemm_cuda.cu) can be read off the
 // measurement. Private to ops/matmul/ and bench/gemm/; programs call gemm_f16 (gemm_cuda.h).
 #pragma once
+#include <string>
+
 #include "ops/matmul/gemm_cuda.h"
 
 namespace halfgrad::cuda {
@@ -34,5 +36,13 @@ enum class GemmPath {
 /// halfgrad::Error); returns nullptr once queued, or, launching nothing, why the family cannot run
 /// this problem on this device.
 const char* gemm_f16_on(const GemmArgs& args, GemmPath path);
+
+/// The family gemm_f16(args) takes on this device, by the name `gemm_bench --dispatch` prints:
+/// "mma_sync"; "tma" (the register epilogue, beta != 0 or C unaligned); else the TMA-store kernel on
+/// gemm_tma::tile_plan's plan: "tma_store" (128 x 256), "tma_store_128", "tma_store_64",
+/// "split_128", "split_64", "pair_256", "pair_128" (sharing B), "pair_a_128", "pair_a_64" (sharing
+/// A). Launches and reads nothing (the pointers' alignment counts, not what they point to). Checks
+/// the arguments as gemm_f16 does (throws halfgrad::Error).
+std::string gemm_f16_choice(const GemmArgs& args);
 
 }  // namespace halfgrad::cuda

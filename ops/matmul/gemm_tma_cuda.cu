@@ -185,38 +185,63 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
 //   kMinSplitSlices: at 1000^3 (16 slices) the split lost (0.69x against 0.79x unsplit) where the
 //     model predicted a gain, at 1024 x 1024 x 16384 (256 slices) it won (0.91x against 0.70x); not
 //     measured in between, so splits are tried from 64 slices (K > 4032).
-// The pair plan (rung 14) is not a candidate. Forced in --dispatch with its first slot release
-// (cluster scope) it lost on every shape (1000^3 0.50x cuBLAS against 0.79x unpaired); with the
-// release at CTA scope (2026-12-02, bench/gemm/multicast_pair.cu) it ties or loses to the plan's
-// unpaired tile everywhere but 3072^3 (width 128: 600-626 TFLOP/s against the plan's 549-575), too
-// few shapes to fit a rule on: 1000^3 N/N 150 against 151, N/T 149 against 159, 1024^3 174 against
-// 181, 4096^3 width 256 729 against 738. Nor are the A-sharing pairs and clusters (rungs 16, 17):
-// the pair wins nowhere by more than the run-to-run spread (1000^3 N/N FP32 out 153 against 151),
-// and the clusters of 4 and 8 lose everywhere (120 resident CTAs: 1000^3 needs two rounds).
+// Pairs where the rows of A or B are not whole 32-byte sectors (2026-12-04, after the relaxed
+// cluster barriers: `gemm_bench --dispatch`, bench/results/2026-12-04_*_h200_pair_plans.txt). Each
+// CTA of a pair loads half of the shared operand's boxes, so the sectors cut in two by unaligned box
+// rows are fetched once per cluster, not once per CTA; on those problems every pair beat its unpaired
+// width: 1000^3 N/N 128 x 64 sharing A 0.85x / 0.83x cuBLAS (FP32 / FP16 out) against 0.79x for the
+// unpaired 128 x 128 the rule chose before (1016^3 0.90x against 0.85x), 2008^3 128 x 256 sharing B
+// 0.96x against 0.74x, 3000^3 0.73x against 0.51x. Their efficiencies, on the scale of the unpaired
+// 128 x 256 tile with the same rows (1.0), fitted to those shapes and 1512^3 (the linear cost is
+// crude where one short wave's fixed costs weigh, so the values are the ones that order each shape's
+// candidates as measured): kEfficiencyPair256 1.25 (pair over unpaired at 2008^3 and 3000^3: 1.24-1.32;
+// tied at 1000^3 and 1512^3), kEfficiencyPair128 0.95 (B-sharing, or A-sharing where the tile-rows
+// are odd; the two measured within 2% of each other everywhere; 1.03-1.25 x the unpaired 128 x 128),
+// kEfficiencyPairA64 0.55 (1.17-1.48 x the unpaired 128 x 64). On aligned rows the pairs gained
+// nothing beyond the spread but at 3072^3 (128 x 128 B-sharing 0.84x against 0.80x) and lost where
+// K is short (U-Net up 128->64, K = 128: 0.94x against 0.97x), so they are no candidate there, nor
+// are the clusters of 4 and 8 (120 resident CTAs: 1000^3 needs two rounds).
+constexpr double kEfficiencyPair256 = 1.25;
+constexpr double kEfficiencyPair128 = 0.95;
+constexpr double kEfficiencyPairA64 = 0.55;
 constexpr double kEfficiency128 = 0.87;
 constexpr double kEfficiency64 = 0.60;
 constexpr double kEfficiency64Unaligned = 0.39;
 constexpr double kReduceSlices = 5.3;
 constexpr int kMinSplitSlices = 64;
 
-TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split) {
+namespace {
+
+/// The candidate's rate per tile relative to the 128 x 256 tile's (gemm_tma_cuda.h, tile_plan).
+double plan_efficiency(TilePlan c, bool rows_aligned) {
+  if (c.pair == 2) return c.width == 256 ? kEfficiencyPair256 : c.width == 128 ? kEfficiencyPair128 : kEfficiencyPairA64;
+  return c.width == 256 ? 1.0 : c.width == 128 ? kEfficiency128 : rows_aligned ? kEfficiency64 : kEfficiency64Unaligned;
+}
+
+}  // namespace
+
+TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split, int max_pair) {
   const int64_t k_tiles = (p.K + kBlockK - 1) / kBlockK;
   const bool rows_aligned = p.lda % 16 == 0 && p.ldb % 16 == 0;  // 32-byte rows (16 halfs): whole sectors
-  const TilePlan candidates[] = {{256, 1}, {128, 1}, {64, 1}, {128, 2}, {64, 2}};
+  const bool pairs = max_pair >= 2 && !rows_aligned;
+  const bool even_rows = tile_count(p.M, 1, 1) % 2 == 0;  // B-sharing pairs take vertically adjacent tiles
+  // Unpaired first: on a tie the simpler kernel wins.
+  const TilePlan candidates[] = {{256, 1},    {128, 1}, {64, 1}, {128, 2}, {64, 2},
+                                 {256, 1, 2}, {128, 1, 2, !even_rows}, {64, 1, 2, true}};
   TilePlan best;
   double best_cost = INFINITY;
   for (const TilePlan& c : candidates) {
     if (c.split > max_split || (c.split > 1 && k_tiles < kMinSplitSlices)) continue;
-    // Asked only where a split is a candidate (the first time: an occupancy query).
-    const int64_t split_ctas = c.split > 1 ? split_capacity(c.width, "gemm_f16 (tile_plan)") : 0;
-    if (c.split > 1 && split_ctas < 2) continue;
-    const double efficiency = c.width == 256   ? 1.0
-                              : c.width == 128 ? kEfficiency128
-                              : rows_aligned   ? kEfficiency64
-                                               : kEfficiency64Unaligned;
-    const int64_t slots = c.split > 1 ? std::min(sms, split_ctas) : sms;  // CTAs resident at once
-    const int64_t waves = (tile_count(p.M, p.N, c.width) * c.split + slots - 1) / slots;
-    const double per_unit = static_cast<double>(c.width) / efficiency / c.split;
+    if (c.pair > 1 && (!pairs || (!c.share_a && !even_rows))) continue;
+    // Asked only where a split or a pair is a candidate (the first time: an occupancy query).
+    const int64_t cluster_ctas = c.split > 1 || c.pair > 1 ? resident_ctas(c, "gemm_f16 (tile_plan)") : sms;
+    if (cluster_ctas < 2) continue;
+    const int64_t slots = std::min(sms, cluster_ctas);  // CTAs resident at once
+    // Work units in CTAs: tiles x split; an A-sharing pair covers 128 x 2w, its two CTAs a tile each
+    // (the last one of a tile-row may lie wholly right of C where the tile-columns are odd).
+    const int64_t ctas = c.share_a ? 2 * tile_count(p.M, p.N, 2 * c.width) : tile_count(p.M, p.N, c.width) * c.split;
+    const int64_t waves = (ctas + slots - 1) / slots;
+    const double per_unit = static_cast<double>(c.width) / plan_efficiency(c, rows_aligned) / c.split;
     const double reduce = c.split > 1 ? kReduceSlices / static_cast<double>(k_tiles / c.split) : 0.0;
     const double cost = static_cast<double>(waves) * per_unit * (1.0 + reduce);
     if (cost < best_cost) {

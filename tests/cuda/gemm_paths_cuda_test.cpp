@@ -18,6 +18,7 @@
 #include <string>
 #include <utility>
 
+#include "core/cuda/runtime.h"
 #include "ops/matmul/gemm_paths.h"
 #include "tests/cuda/cpu_reference.h"
 
@@ -246,10 +247,11 @@ std::vector<float> gemm_chain(GemmPath path, const Operand& x0, const Operand& w
 
 CUDA_TEST_CASE("gemm paths cuda a dependent launch waits for the GEMM before it: a back-to-back chain gives the serial chain's bits") {
 #if defined(HALFGRAD_CUDA)
-  // 1000^3 runs 64 CTAs of 128 x 128 on 132 SMs: each next GEMM's CTAs are scheduled on the idle SMs
-  // while the one before still runs, so a missing wait would read half-written inputs. 2048^3 fills
-  // every SM (the next GEMM's CTAs start as these exit).
-  for (int64_t n : {1000, 2048}) {
+  // 768^3 runs 72 CTAs of 128 x 64 on 132 SMs: each next GEMM's CTAs are scheduled on the idle SMs
+  // while the one before still runs, so a missing wait would read half-written inputs. 1000^3 runs
+  // 64 clusters of 2 (128 x 64 tiles sharing A), 2048^3 fills every SM (the next GEMM's CTAs start
+  // as these exit).
+  for (int64_t n : {768, 1000, 2048}) {
     const Operand x0 = make_operand(n, n, 70 + n), w = make_operand(n, n, 71 + n);
     const std::vector<float> serial = gemm_chain(GemmPath::kTmaPlannedSerial, x0, w, n, 8);
     const std::vector<float> dependent = gemm_chain(GemmPath::kTmaPlanned, x0, w, n, 8);
@@ -264,6 +266,40 @@ CUDA_TEST_CASE("gemm paths cuda a dependent launch waits for the GEMM before it:
     CHECK(norm > 0);  // the chain did not collapse to zeros, which would match trivially
     CHECK(std::memcmp(serial.data(), dependent.data(), serial.size() * sizeof(float)) == 0);
   }
+#endif
+}
+
+CUDA_TEST_CASE("gemm paths cuda the plan pairs tiles where rows are not whole 32-byte sectors (H200's 132 SMs)") {
+#if defined(HALFGRAD_CUDA)
+  // gemm_tma_cuda.cu's tile_plan as measured by `gemm_bench --dispatch` on the H200 (2026-12-04):
+  // the expectations hold for 132 SMs; gemm_f16_choice launches and reads nothing, so one small
+  // buffer stands for every operand (only its alignment counts).
+  if (cuda::compute_capability() != 90 || cuda::sm_count() != 132) {
+    MESSAGE("skipped: the plan's expectations are for an sm_90 GPU with 132 SMs (an H200 or H100 SXM)");
+    return;
+  }
+  const Tensor buffer = Tensor::zeros({64}, kFloat32, Device::CUDA);
+  auto choice = [&](int64_t M, int64_t N, int64_t K) {
+    const auto* ptr = static_cast<const uint16_t*>(buffer.raw_data());
+    GemmArgs g{M, N, K, ptr, K, GemmLayout::N, ptr, N, GemmLayout::N, buffer.raw_data(), N, false};
+    g.op = "gemm_paths plan test";
+    return cuda::gemm_f16_choice(g);
+  };
+  // Rows of 2000 / 2032 bytes, one wave: 64 A-sharing pairs of 128 x 64 tiles (128 CTAs).
+  CHECK(choice(1000, 1000, 1000) == "pair_a_64");
+  CHECK(choice(1016, 1016, 1016) == "pair_a_64");
+  // Several waves of B-sharing 128 x 256 pairs (an even number of tile-rows).
+  CHECK(choice(2008, 2008, 2008) == "pair_256");
+  CHECK(choice(3000, 3000, 3000) == "pair_256");
+  // 63 tile-rows: no B-sharing pair; the unpaired 128 x 256 tile.
+  CHECK(choice(8000, 8000, 8000) == "tma_store");
+  // Whole sectors: the unpaired plans of rungs 12 and 13.
+  CHECK(choice(1024, 1024, 1024) == "tma_store_64");
+  CHECK(choice(1008, 1008, 1008) == "tma_store_64");
+  CHECK(choice(4096, 4096, 4096) == "tma_store");
+  CHECK(choice(1024, 1024, 16384) == "split_128");
+  // lda not a multiple of 8: TMA cannot describe A.
+  CHECK(choice(4095, 4095, 4095) == "mma_sync");
 #endif
 }
 
