@@ -32,8 +32,9 @@
 // TMA kernel (ops/matmul/gemm_tma.cuh: TMA loads, an mbarrier ring, a producer warpgroup and two
 // wgmma consumer warpgroups, all four N/T layouts), with its TMA-store epilogue when beta == 0 and C
 // is 16-byte aligned with a 16-byte row stride, on 128x256, 128x128 or 128x64 tiles, the narrow ones
-// with K optionally split over a 2-CTA cluster (the plan that occupies the SMs best,
-// gemm_tma::tile_plan); otherwise (beta != 0: C read in the epilogue, or an
+// with K optionally split over a 2-CTA cluster, and, where the rows of A or B are not whole 32-byte
+// sectors, tiles paired in a 2-CTA cluster that multicasts their common B (or A) slice (the plan that
+// occupies the SMs best, gemm_tma::tile_plan; gemm_f16_choice names it); otherwise (beta != 0: C read in the epilogue, or an
 // unaligned C) on 128x256 tiles only where that measured faster than mma.sync (hopper_path).
 // mma.sync tops out near half of Hopper's Tensor Core rate. The older cp.async wgmma kernel (ops/matmul/gemm_wgmma.cuh, rung 6) won no measured
 // shape and is no longer chosen (gemm_paths.h still forces it, for the ladder). Everything else

@@ -186,8 +186,9 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
 //     model predicted a gain, at 1024 x 1024 x 16384 (256 slices) it won (0.91x against 0.70x); not
 //     measured in between, so splits are tried from 64 slices (K > 4032).
 // Pairs where the rows of A or B are not whole 32-byte sectors (2026-12-04, after the relaxed
-// cluster barriers: `gemm_bench --dispatch`, bench/results/2026-12-04_*_h200_pair_plans.txt). Each
-// CTA of a pair loads half of the shared operand's boxes, so the sectors cut in two by unaligned box
+// cluster barriers; `gemm_bench --dispatch`, fitted on bench/results/2026-12-04_b8d364d_h200_
+// relaxed_barriers.txt, the rule checked in 2026-12-04_4710a36_h200_pair_plans.txt). Each CTA of a
+// pair loads half of the shared operand's boxes, so the sectors cut in two by unaligned box
 // rows are fetched once per cluster, not once per CTA; on those problems every pair beat its unpaired
 // width: 1000^3 N/N 128 x 64 sharing A 0.85x / 0.83x cuBLAS (FP32 / FP16 out) against 0.79x for the
 // unpaired 128 x 128 the rule chose before (1016^3 0.90x against 0.85x), 2008^3 128 x 256 sharing B
