@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_gpu_bench.sh - everything halfgrad measures on the GPU machine, beside the PyTorch references,
-# in one call: CUDA tests (plain, then under compute-sanitizer memcheck, racecheck and initcheck), the GEMM
+# in one call: CUDA tests (plain, under compute-sanitizer memcheck, racecheck and initcheck, and with the allocator poisoned), the GEMM
 # ladder against cuBLAS, conv3d per layer against cuDNN, the U-Net step against PyTorch eager, and
 # the hippocampus AMP training of both. Results (JSON, logs) go to $OUT (default ./gpu-results);
 # bench/compare_gpu.py prints the ratios at the end.
@@ -35,6 +35,13 @@ if want sanitize; then
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck}; do extra=""; [ $tool = memcheck ] && extra="--report-api-errors no";
     t timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool $extra --error-exitcode 9 build/tests/halfgrad_tests -sf='*cuda*' > "$OUT/sanitizer_$tool.log" 2>&1
     echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|Uninitialized" "$OUT/sanitizer_$tool.log" | sort | uniq -c | head -8
+  done
+  # initcheck does not see what TMA stores write (bench/gemm/initcheck_tma_probe.cu): on sm_90 it reports
+  # every output of the GEMM's TMA epilogue. The poison runs check instead that every element is
+  # written: one left unwritten reads as 0 or as FP16 NaN and fails the comparison with the CPU.
+  for p in 0 255; do
+    HALFGRAD_CUDA_POISON=$p t build/tests/halfgrad_tests -sf='*cuda*' > "$OUT/poison_$p.log" 2>&1
+    echo "HALFGRAD_CUDA_POISON=$p rc=$?"; grep -E "test cases|assertions" "$OUT/poison_$p.log"
   done
 fi
 if want gemm; then
