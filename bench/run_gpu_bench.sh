@@ -37,10 +37,11 @@ if want sanitize; then
     echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|Uninitialized" "$OUT/sanitizer_$tool.log" | sort | uniq -c | head -8
   done
   # initcheck does not see what TMA stores write (bench/gemm/initcheck_tma_probe.cu): on sm_90 it reports
-  # every output of the GEMM's TMA epilogue. The poison runs check instead that every element is
-  # written: one left unwritten reads as 0 or as FP16 NaN and fails the comparison with the CPU.
+  # the GEMM's TMA-epilogue outputs in memory nothing else had initialised. The poison runs check
+  # instead that every element is written: one left unwritten reads as 0 or as FP16 NaN and fails the
+  # comparison with the CPU.
   for p in 0 255; do
-    HALFGRAD_CUDA_POISON=$p t build/tests/halfgrad_tests -sf='*cuda*' > "$OUT/poison_$p.log" 2>&1
+    t env HALFGRAD_CUDA_POISON=$p timeout ${SANITIZE_TIMEOUT:-150} build/tests/halfgrad_tests -sf='*cuda*' > "$OUT/poison_$p.log" 2>&1
     echo "HALFGRAD_CUDA_POISON=$p rc=$?"; grep -E "test cases|assertions" "$OUT/poison_$p.log"
   done
 fi

@@ -39,7 +39,8 @@ const char* gemm_dependent_launch(const DenseGemm& g) {
   if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, griddepcontrol)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
-  const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(p, cuda::sm_count());
+  // The plan of rungs 12-13 (width and split), without production's pairs (rungs 14 and 16).
+  const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(p, cuda::sm_count(), /*max_split=*/2, /*max_pair=*/1);
   cuda::gemm_tma::launch(p, false, false, cuda::gemm_tma::Schedule::kPersistent, op, cuda::gemm_tma::Store::kTma,
                          plan, cuda::gemm_tma::Launch::kDependent);
   return nullptr;

@@ -859,13 +859,15 @@ void run_dispatch(int64_t l2) {
   shapes.push_back({"odd", 1000, 1000, 1000, n, t});
   // Rows of 32-byte sectors that are not 128-byte lines (1008: 2016 bytes, 784: 1568), and rows that
   // are not whole sectors (1016: 2032 bytes; 1512, 2008, 3000: 144, 256, 576 tiles of 128 x 128;
-  // 8000: an odd number of tile-rows, which B-sharing pairs cannot take): tile_plan's row-alignment
-  // rule and its pairs.
+  // 1400 and 8008: an odd number of tile-rows, which B-sharing pairs cannot take; then A's rows only
+  // or B's only): tile_plan's row-alignment rule and its pairs.
   shapes.push_back({"32-byte rows", 1008, 1008, 1008, n, n});
   shapes.push_back({"32-byte rows", 1008, 1008, 1008, n, t});
   shapes.push_back({"32-byte rows", 784, 784, 784, n, n});
   shapes.push_back({"16-byte rows", 1016, 1016, 1016, n, n});
-  for (int64_t s : {1512, 2008, 3000, 8000}) shapes.push_back({"16-byte rows", s, s, s, n, n});
+  for (int64_t s : {1400, 1512, 2008, 3000, 8008}) shapes.push_back({"16-byte rows", s, s, s, n, n});
+  shapes.push_back({"16-byte rows A", 2048, 2048, 2008, n, n});  // lda = K = 2008: A's rows only
+  shapes.push_back({"16-byte rows B", 2008, 2008, 2048, n, n});  // ldb = N = 2008: B's rows only
   shapes.push_back({"16-byte rows", 1000, 1000, 16000, n, n});  // B's rows only; a split's K
   std::printf("TFLOP/s per family (ratio to cuBLAS, same output type); 'auto[f]' is gemm_f16's own choice, family f\n\n");
   for (const DispatchShape& d : shapes) run_dispatch_shape(d, l2);

@@ -3,14 +3,15 @@
 // written by plain stores, one by a bulk copy from shared memory (cp.async.bulk), one by a TMA tensor
 // store (cp.async.bulk.tensor.2d); all three read back the values written (the program prints them),
 // and initcheck reports the second and third as uninitialized, every 32 bytes of them, when they are
-// copied to the host (errors at 32-byte steps, 255 in all), the first not at all. So on sm_90 initcheck flags every output the
-// GEMM's TMA-store epilogue wrote (gemm_cuda.cu, hopper_path): 241,264 errors on 'gemm tma*', while the
+// copied to the host (errors at 32-byte steps, 255 in all), the first not at all. So on sm_90 initcheck flags the outputs the
+// GEMM's TMA-store epilogue wrote into memory nothing else had initialised (gemm_cuda.cu, hopper_path): 241,264 errors on 'gemm tma*', while the
 // poison runs found every element written. That every element is written is checked by those runs
 // (HALFGRAD_CUDA_POISON=0 and 255: an element left unwritten reads as 0 or as FP16 NaN and fails the
 // comparison with the CPU), which bench/run_gpu_bench.sh's sanitize phase runs beside initcheck.
-// Built with gemm_bench (target initcheck_tma_probe, sm_90a):
-//   build/bench/gemm/initcheck_tma_probe && compute-sanitizer --tool initcheck build/bench/gemm/initcheck_tma_probe
+// Built beside gemm_bench (target initcheck_tma_probe, sm_90a; in build-gpu/ by tools/gpu/device_build.sh):
+//   build-gpu/bench/gemm/initcheck_tma_probe && compute-sanitizer --tool initcheck build-gpu/bench/gemm/initcheck_tma_probe
 #include <cuda.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdint>
@@ -63,9 +64,18 @@ int main() {
   CUtensorMap map;
   cuuint64_t dims[2] = {32, 32}, strides[1] = {32 * 4};
   cuuint32_t box[2] = {32, 32}, es[2] = {1, 1};
-  const CUresult r = cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, b, dims, strides, box, es,
-                                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  // Through the runtime's driver entry point, as ops/matmul/tensor_map.cu: no link to libcuda.
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    std::printf("the driver has no cuTensorMapEncodeTiled\n");
+    return 1;
+  }
+  const auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, b, dims, strides, box, es,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::printf("cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(r));
     return 1;

@@ -27,9 +27,9 @@ enum class GemmPath {
   kTmaOctA64,      // likewise with 8 tiles in an 8-CTA cluster
   kTmaCpAsync128,  // kTmaStore128 with the slices loaded by the producer's 128 threads with cp.async
   kTmaCpAsync64,   // kTmaStore64 likewise
-  kTmaPlanned,     // the TMA-store kernel on gemm_tma::tile_plan's tiles and split, queued by
+  kTmaPlanned,     // the TMA-store kernel on gemm_tma::tile_plan's tiles, split and pair, queued by
                    // programmatic dependent launch (what kAuto takes with beta == 0 and an aligned C)
-  kTmaPlannedSerial,  // kTmaPlanned queued by an ordinary launch (rung 12-13's production; rung 15's baseline)
+  kTmaPlannedSerial,  // kTmaPlanned queued by an ordinary launch (rung 15's baseline)
 };
 
 /// gemm_f16(args) on the given family. Checks the arguments exactly as gemm_f16 does (throws

@@ -188,20 +188,24 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
 // Pairs where the rows of A or B are not whole 32-byte sectors (2026-12-04, after the relaxed
 // cluster barriers; `gemm_bench --dispatch`, fitted on bench/results/2026-12-04_b8d364d_h200_
 // relaxed_barriers.txt, the rule checked in 2026-12-04_4710a36_h200_pair_plans.txt). Each CTA of a
-// pair loads half of the shared operand's boxes, so the sectors cut in two by unaligned box
-// rows are fetched once per cluster, not once per CTA; on those problems every pair beat its unpaired
-// width: 1000^3 N/N 128 x 64 sharing A 0.85x / 0.83x cuBLAS (FP32 / FP16 out) against 0.79x for the
-// unpaired 128 x 128 the rule chose before (1016^3 0.90x against 0.85x), 2008^3 128 x 256 sharing B
-// 0.96x against 0.74x, 3000^3 0.73x against 0.51x. Their efficiencies, on the scale of the unpaired
-// 128 x 256 tile with the same rows (1.0), fitted to those shapes and 1512^3 (the linear cost is
-// crude where one short wave's fixed costs weigh, so the values are the ones that order each shape's
-// candidates as measured): kEfficiencyPair256 1.25 (pair over unpaired at 2008^3 and 3000^3: 1.24-1.32;
-// tied at 1000^3 and 1512^3), kEfficiencyPair128 0.95 (B-sharing, or A-sharing where the tile-rows
-// are odd; the two measured within 2% of each other everywhere; 1.03-1.25 x the unpaired 128 x 128),
-// kEfficiencyPairA64 0.55 (1.17-1.48 x the unpaired 128 x 64). On aligned rows the pairs gained
-// nothing beyond the spread but at 3072^3 (128 x 128 B-sharing 0.84x against 0.80x) and lost where
-// K is short (U-Net up 128->64, K = 128: 0.94x against 0.97x), so they are no candidate there, nor
-// are the clusters of 4 and 8 (120 resident CTAs: 1000^3 needs two rounds).
+// pair loads half of the shared operand's boxes, so the sectors cut in two by unaligned box rows are
+// fetched once per cluster, not once per CTA. On those problems (both operands cut, n % 16 == 8) the
+// 128 x 64 pair sharing A beat the unpaired 128 x 64 tile everywhere (1.16-1.48x per launch), the
+// 128- and 256-wide pairs from 1512^3 up (1.14-1.33x) and tied theirs at 1000^3 and 1016^3
+// (0.97-1.03x): 1000^3 N/N 128 x 64 sharing A 0.85x / 0.83x cuBLAS (FP32 / FP16 out) against 0.79x
+// for the unpaired 128 x 128 the rule chose before (1016^3 0.90x against 0.85x), 2008^3 128 x 256
+// sharing B 0.96x against 0.74x, 3000^3 0.73x against 0.51x. Their efficiencies, on the scale of the
+// unpaired 128 x 256 tile with the same rows (1.0), fitted to those shapes (the linear cost is crude
+// where one short wave's fixed costs weigh, so the values are the ones that order each shape's
+// candidates as measured): kEfficiencyPair256 1.25 (over the unpaired 128 x 256: 1.24-1.33 at 2008^3
+// and 3000^3, 0.97-1.01 at 1000^3 to 1512^3), kEfficiencyPair128 0.95 (B-sharing or A-sharing, within
+// 3% of each other everywhere; over the unpaired 128 x 128: 0.99-1.03 at 1000^3 and 1016^3,
+// 1.14-1.29 from 1512^3 up), kEfficiencyPairA64 0.55. Only problems with both operands cut were
+// measured; a pair is a candidate where the operand it shares is cut (the one its multicast saves).
+// On aligned rows the pairs gained nothing beyond the spread but at 3072^3 (128 x 128 B-sharing
+// 0.84x against 0.80x) and lost where K is short (U-Net up 128->64, K = 128: 0.94x against 0.97x), so
+// they are no candidate there, nor are the clusters of 4 and 8 (120 resident CTAs: 1000^3 needs two
+// rounds).
 constexpr double kEfficiencyPair256 = 1.25;
 constexpr double kEfficiencyPair128 = 0.95;
 constexpr double kEfficiencyPairA64 = 0.55;
@@ -223,20 +227,23 @@ double plan_efficiency(TilePlan c, bool rows_aligned) {
 
 TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split, int max_pair) {
   const int64_t k_tiles = (p.K + kBlockK - 1) / kBlockK;
-  const bool rows_aligned = p.lda % 16 == 0 && p.ldb % 16 == 0;  // 32-byte rows (16 halfs): whole sectors
-  const bool pairs = max_pair >= 2 && !rows_aligned;
+  // Rows of 32 bytes (16 halfs) are whole sectors; a row that is not starts every other row's boxes
+  // inside a sector, which a pair that shares that operand fetches once for both CTAs.
+  const bool a_cut = p.lda % 16 != 0, b_cut = p.ldb % 16 != 0;
+  const bool rows_aligned = !a_cut && !b_cut;
   const bool even_rows = tile_count(p.M, 1, 1) % 2 == 0;  // B-sharing pairs take vertically adjacent tiles
-  // Unpaired first: on a tie the simpler kernel wins.
-  const TilePlan candidates[] = {{256, 1},    {128, 1}, {64, 1}, {128, 2}, {64, 2},
-                                 {256, 1, 2}, {128, 1, 2, !even_rows}, {64, 1, 2, true}};
+  // Unpaired first, and B-sharing before A-sharing: on a tie the simpler kernel wins.
+  const TilePlan candidates[] = {{256, 1},    {128, 1},          {64, 1},          {128, 2},        {64, 2},
+                                 {256, 1, 2}, {128, 1, 2, false}, {128, 1, 2, true}, {64, 1, 2, true}};
   TilePlan best;
   double best_cost = INFINITY;
   for (const TilePlan& c : candidates) {
     if (c.split > max_split || (c.split > 1 && k_tiles < kMinSplitSlices)) continue;
-    if (c.pair > 1 && (!pairs || (!c.share_a && !even_rows))) continue;
+    if (c.pair > max_pair || (c.pair > 1 && !(c.share_a ? a_cut : (b_cut && even_rows)))) continue;
     // Asked only where a split or a pair is a candidate (the first time: an occupancy query).
-    const int64_t cluster_ctas = c.split > 1 || c.pair > 1 ? resident_ctas(c, "gemm_f16 (tile_plan)") : sms;
-    if (cluster_ctas < 2) continue;
+    const bool clustered = c.split > 1 || c.pair > 1;
+    const int64_t cluster_ctas = clustered ? resident_ctas(c, "gemm_f16 (tile_plan)") : sms;
+    if (clustered && cluster_ctas < 2) continue;
     const int64_t slots = std::min(sms, cluster_ctas);  // CTAs resident at once
     // Work units in CTAs: tiles x split; an A-sharing pair covers 128 x 2w, its two CTAs a tile each
     // (the last one of a tile-row may lie wholly right of C where the tile-columns are odd).
@@ -252,8 +259,6 @@ TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split, int max_pai
   }
   return best;
 }
-
-int64_t split_capacity(int tile_n, const char* op) { return resident_ctas({tile_n, 2}, op); }
 
 int64_t resident_ctas(TilePlan plan, const char* op) {
   check_plan(plan, op);

@@ -55,20 +55,16 @@ struct TilePlan {
 /// waves = ceil(units / resident CTAs) of them in turn, and a unit costs about w / efficiency / s
 /// plus, when split, the partial's trip through distributed shared memory (about kReduceSlices of
 /// the unit's k_tiles / s slices). Where the rows of A or B are not a multiple of 32 bytes (an L2
-/// sector) the 64-wide tile's efficiency is lower, and the pairs are candidates too: 128 x 256 and
-/// 128 x 128 sharing B (where the 128-row tile-rows are even; 128 x 128 sharing A where they are
-/// odd), 128 x 64 sharing A (an A-sharing unit is 2 CTAs, the second possibly wholly right of C).
-/// The least estimate wins, the earlier candidate on a tie (unpaired 128 x 256 first). The constants
+/// sector) the 64-wide tile's efficiency is lower, and pairs that share the cut operand are
+/// candidates too: 128 x 256 and 128 x 128 sharing B (where B's rows are cut and the 128-row
+/// tile-rows are even), 128 x 128 and 128 x 64 sharing A (where A's rows are cut; an A-sharing unit
+/// is 2 CTAs, the second possibly wholly right of C).
+/// The least estimate wins, the earlier candidate on a tie (unpaired first, 128 x 256 first). The constants
 /// and their measurements are in gemm_tma_cuda.cu. A split is tried only from 64 slices of 64 along
 /// K (K > 4032); a split or a pair only where 2-CTA clusters of its kernel fit (resident_ctas, asked
 /// then), its waves counting those clusters' CTAs, not the SMs. max_split 1 leaves splits out (rung
 /// 12), max_pair 1 the pairs (the rungs that build their own cluster plan on the unpaired width).
 TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split = 2, int max_pair = 2);
-
-/// How many CTAs of 2-CTA clusters of the split kernel of this width (128 or 64) can be resident at
-/// once (2 x cudaOccupancyMaxActiveClusters; 0 where none fits, e.g. a partitioned GPU). Queried once
-/// per width. Throws halfgrad::Error naming op for another width.
-int64_t split_capacity(int tile_n, const char* op);
 
 /// How many CTAs of the plan's kernel can be resident at once: the SM count without a cluster, else
 /// the cluster size x cudaOccupancyMaxActiveClusters (a cluster must fit in one GPC, so clusters of

@@ -1,9 +1,9 @@
 // gemm_f16 with each kernel family forced (ops/matmul/gemm_paths.h) against a double-precision CPU
 // product of the same FP16 operands: every family the automatic choice can take on sm_90 (the TMA
 // kernel on 128x256, 128x128 and 128x64 tiles, the narrow two also with K split over a 2-CTA cluster,
-// with register or TMA-store epilogues) and the ladder's cluster families beside them (pairs sharing
-// B or A, clusters of 4 and 8 64-wide tiles sharing A, whose last units hang over C's right edge
-// on most of these shapes), mma.sync on
+// tiles paired in a 2-CTA cluster sharing B or A, with register or TMA-store epilogues) and the
+// ladder's clusters of 4 and 8 64-wide tiles sharing A beside them (whose last units hang over C's
+// right edge on most of these shapes), mma.sync on
 // every GPU, all four N/T layouts, FP32 and FP16 output, alpha and beta. The shapes cut tiles at every
 // edge: M, N not multiples of 128 / 64 / 256, K not a multiple of the 64-wide slice (TMA zero-fills),
 // K = 8 (a split's second CTA then has no slice), a problem smaller than one tile, 1000 x 1000 x 1000
@@ -291,9 +291,16 @@ CUDA_TEST_CASE("gemm paths cuda the plan pairs tiles where rows are not whole 32
   // Several waves of B-sharing 128 x 256 pairs (an even number of tile-rows).
   CHECK(choice(2008, 2008, 2008) == "pair_256");
   CHECK(choice(3000, 3000, 3000) == "pair_256");
-  // 63 tile-rows: no B-sharing pair; the unpaired 128 x 256 tile.
-  CHECK(choice(8000, 8000, 8000) == "tma_store");
+  // 11 tile-rows (odd): no B-sharing pair; 128 x 128 tiles sharing A.
+  CHECK(choice(1400, 1400, 1400) == "pair_a_128");
+  // 63 tile-rows: no B-sharing pair, and the A-sharing ones are narrower: the unpaired 128 x 256.
+  CHECK(choice(8008, 8008, 8008) == "tma_store");
+  // One operand cut: only the pairs that share it. A's rows (lda = K = 2008): the A-sharing pairs
+  // lose to the unpaired 128 x 256; B's rows (ldb = N = 2008): the B-sharing 128 x 256.
+  CHECK(choice(2048, 2048, 2008) == "tma_store");
+  CHECK(choice(2008, 2008, 2048) == "pair_256");
   // Whole sectors: the unpaired plans of rungs 12 and 13.
+  CHECK(choice(8000, 8000, 8000) == "tma_store");
   CHECK(choice(1024, 1024, 1024) == "tma_store_64");
   CHECK(choice(1008, 1008, 1008) == "tma_store_64");
   CHECK(choice(4096, 4096, 4096) == "tma_store");
