@@ -200,8 +200,11 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n) {
 // candidates as measured): kEfficiencyPair256 1.25 (over the unpaired 128 x 256: 1.24-1.33 at 2008^3
 // and 3000^3, 0.97-1.01 at 1000^3 to 1512^3), kEfficiencyPair128 0.95 (B-sharing or A-sharing, within
 // 3% of each other everywhere; over the unpaired 128 x 128: 0.99-1.03 at 1000^3 and 1016^3,
-// 1.14-1.29 from 1512^3 up), kEfficiencyPairA64 0.55. Only problems with both operands cut were
-// measured; a pair is a candidate where the operand it shares is cut (the one its multicast saves).
+// 1.14-1.29 from 1512^3 up), kEfficiencyPairA64 0.55. A pair is a candidate where the operand it
+// shares is cut (the one its multicast saves); checked on one-operand problems (7ef694a,
+// bench/results/2026-12-04_7ef694a_h200_operand_pairs.txt): B's rows only, 2008 x 2008 x 2048, the
+// B-sharing 128 x 256 pair 0.99x against 0.88x unpaired; A's rows only, 2048 x 2048 x 2008, the
+// unpaired 128 x 256 0.98x-1.00x against 0.90x for the 128 x 128 A pair.
 // On aligned rows the pairs gained nothing beyond the spread but at 3072^3 (128 x 128 B-sharing
 // 0.84x against 0.80x) and lost where K is short (U-Net up 128->64, K = 128: 0.94x against 0.97x), so
 // they are no candidate there, nor are the clusters of 4 and 8 (120 resident CTAs: 1000^3 needs two
