@@ -55,7 +55,7 @@ done
 [[ $out == *"2 channel(s), the model expects 1"* ]] || fail "the 4-D file's error does not give the channel counts"
 [[ $out == *'{"dice":['*'"volumes":3'* ]] || fail "no JSON summary over the 3 good volumes"
 [[ $out == *"3 of 6 volume(s) failed"* ]] || fail "no list of the failures"
-ls -A "$tmp/out" | grep -q tmp && fail "a temp file was left in the output folder: $(ls -A "$tmp/out")"
+[[ $(ls -A "$tmp/out") == *tmp* ]] && fail "a temp file was left in the output folder: $(ls -A "$tmp/out")"
 
 # Existing outputs: refused at once (nothing changes), replaced with --overwrite.
 rm "$tmp/in/cut.nii.gz" "$tmp/in/text.nii" "$tmp/in/two.nii.gz"
