@@ -261,7 +261,7 @@ __device__ __forceinline__ void store_tile_tma(const float (&d)[kBN / 2], float 
   for (int box = 0; box < kBoxes; ++box, ++box_count) {
     const uint32_t buffer = buffers + (box_count % kStoreBuffers) * kStoreBoxBytes;
     if (issues) tc::tma_store_wait_read<kStoreBuffers - 1>();
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + consumer) : "memory");
+    tc::named_barrier_sync<128>(1 + consumer);
 #pragma unroll
     for (int f = 0; f < kFragmentsPerBox; ++f) {
       const int j = box * kFragmentsPerBox + f;
@@ -273,14 +273,14 @@ __device__ __forceinline__ void store_tile_tma(const float (&d)[kBN / 2], float 
         const float v0 = alpha * d[4 * j + 2 * half_row], v1 = alpha * d[4 * j + 2 * half_row + 1];
         if constexpr (kHalf) {
           const uint32_t packed = gemm_tiles::c16_pack<__half>(v0, v1);
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(packed) : "memory");
+          tc::st_shared_b32(at, packed);
         } else {
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(v0), "f"(v1) : "memory");
+          tc::st_shared_v2_f32(at, v0, v1);
         }
       }
     }
     tc::fence_proxy_async_shared();
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + consumer) : "memory");
+    tc::named_barrier_sync<128>(1 + consumer);
     if (issues) {
       tc::tma_store_2d(map_c, buffer, tile_n + box * kBoxCols, tile_m + consumer * kWarpgroupM);
       tc::tma_store_commit();
@@ -550,11 +550,7 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
       tc::mbarrier_wait_cluster(reduce_full_bar + 8 * consumer, round & 1);
 #pragma unroll
       for (int q = 0; q < kAcc / 4; ++q) {
-        float4 v;
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                     : "r"(buffer + 16 * (q * 128 + t128))
-                     : "memory");
+        const float4 v = tc::ld_shared_v4_f32(buffer + 16 * (q * 128 + t128));
         d[4 * q] += v.x;
         d[4 * q + 1] += v.y;
         d[4 * q + 2] += v.z;

@@ -209,7 +209,7 @@ __device__ __forceinline__ void wgmma_gemm_block(const GemmProblem& p, uint8_t* 
       *reinterpret_cast<float2*>(stage + (r + 8) * kEpiloguePitch + c) = make_float2(d[4 * j + 2], d[4 * j + 3]);
     }
     // Only this warpgroup's 128 threads share this stage: a named barrier (id 1 + warpgroup).
-    named_barrier_sync(1 + warpgroup, 128);
+    named_barrier_sync<128>(1 + warpgroup);
     // Whole rows: 64 threads per 256-float row, one float4 each; a warp store covers 128 columns.
     const int t = tid % 128;
 #pragma unroll 4

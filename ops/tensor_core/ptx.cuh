@@ -1,7 +1,7 @@
 // ptx.cuh - the one set of PTX wrappers behind halfgrad's Tensor Core kernels (GEMM in ops/matmul/,
 // implicit-GEMM convolutions in ops/conv/, the ladder's rungs in bench/gemm/): cp.async, ldmatrix,
-// mma.sync.m16n8k16 (FP16 and BF16; the instruction's shape is Mma16816 in tile_shape.h), a named
-// barrier, and on sm_90a wgmma (fence, commit / wait groups, the m64n256k16 instruction, shared-memory
+// mma.sync.m16n8k16 (FP16 and BF16; the instruction's shape is Mma16816 in tile_shape.h), shared-memory
+// loads and stores by address, a named barrier, and on sm_90a wgmma (fence, commit / wait groups, the m64n256k16 instruction, shared-memory
 // matrix descriptors) with fence.proxy.async. The TMA and mbarrier wrappers live beside it, in the same
 // namespace, in ops/tensor_core/tma.cuh. Internal: .cu / .cuh files only.
 //
@@ -119,13 +119,40 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
   }
 }
 
+// ---- shared-memory loads and stores by address ---------------------------------------------------
+// For code that holds 32-bit .shared addresses (a staging buffer carved out of dynamic shared memory
+// by offset, as the TMA kernels do) rather than pointers. The clobber keeps them in program order
+// with the barriers and the async-proxy fences around them.
+
+/// Stores 4 bytes (two packed 16-bit values) at shared address `addr` (4-byte aligned).
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+/// Stores two floats at shared address `addr` (8-byte aligned).
+__device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float v0, float v1) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
+}
+
+/// Loads four floats from shared address `addr` (16-byte aligned).
+__device__ __forceinline__ float4 ld_shared_v4_f32(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
 // ---- barriers ------------------------------------------------------------------------------------
 
-/// bar.sync on named barrier `id` (1..15; 0 is __syncthreads') for `threads` threads (a multiple of
-/// 32): lets a subset of the block (one warpgroup) synchronise without stalling the rest. Orders
-/// shared-memory accesses like __syncthreads, hence the clobber.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+/// bar.sync on named barrier `id` (1..15; 0 is __syncthreads') for kThreads threads (a multiple of
+/// 32, an immediate in the instruction): lets a subset of the block (one warpgroup) synchronise
+/// without stalling the rest. Orders shared-memory accesses like __syncthreads, hence the clobber.
+template <int kThreads>
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  static_assert(kThreads > 0 && kThreads % 32 == 0, "named_barrier_sync: whole warps");
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
 }
 
 // ---- wgmma and the async proxy (sm_90a only) -------------------------------------------------------
