@@ -1,9 +1,10 @@
 // ptx.cuh - the one set of PTX wrappers behind halfgrad's Tensor Core kernels (GEMM in ops/matmul/,
 // implicit-GEMM convolutions in ops/conv/, the ladder's rungs in bench/gemm/): cp.async, ldmatrix,
-// mma.sync.m16n8k16 (FP16 and BF16; the instruction's shape is Mma16816 in tile_shape.h), shared-memory
-// loads and stores by address, a named barrier, and on sm_90a wgmma (fence, commit / wait groups, the m64n256k16 instruction, shared-memory
-// matrix descriptors) with fence.proxy.async. The TMA and mbarrier wrappers live beside it, in the same
-// namespace, in ops/tensor_core/tma.cuh. Internal: .cu / .cuh files only.
+// mma.sync.m16n8k16 (FP16 and BF16; the instruction's shape is Mma16816 in tile_shape.h),
+// shared-memory loads and stores by address, a named barrier, and on sm_90a wgmma (fence, commit /
+// wait groups, the m64n256k16 instruction, shared-memory matrix descriptors) with fence.proxy.async.
+// The TMA and mbarrier wrappers live beside it, in the same namespace, in ops/tensor_core/tma.cuh.
+// Internal: .cu / .cuh files only.
 //
 // Why the "memory" clobbers. cp.async and wgmma read or write shared memory behind the compiler's
 // back: the copy lands some time after the instruction issues, and only cp.async.wait_group (or
