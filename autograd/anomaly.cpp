@@ -1,5 +1,5 @@
 // anomaly.cpp - anomaly mode: the NaN/Inf checks and their messages (see anomaly.h).
-#include "core/cuda/tensor_kernels.h"
+#include "core/nonfinite.h"
 #include "autograd/anomaly.h"
 
 #include "amp/autocast.h"
@@ -74,36 +74,6 @@ void scan_half(const uint16_t* p, int64_t n, ValueSummary& s) { scan_16bit(p, n,
 // bfloat16: the top half of a binary32, so its exponent field is the float's (0x7f80).
 void scan_bfloat16(const bfloat16_bits* p, int64_t n, ValueSummary& s) {
   scan_16bit(p, n, 0x7f80u, 0x007fu, bfloat16_bits_to_float, s);
-}
-
-// The fast test that runs on every output and gradient: is any element NaN or inf? An IEEE value is
-// non-finite exactly when its exponent field is all ones, i.e. when its bits without the sign are >=
-// the bits of +inf. A max over those integers vectorises (and splits over threads), unlike a
-// per-element isnan/isinf with branches; the full ValueSummary is built only for a message.
-template <typename Bits>
-bool any_nonfinite_bits(const Bits* p, int64_t n, Bits abs_mask, Bits inf_bits) {
-  Bits m = 0;
-#pragma omp parallel for reduction(max : m) if (n >= (1 << 16))
-  for (int64_t i = 0; i < n; ++i) m = std::max<Bits>(m, p[i] & abs_mask);
-  return m >= inf_bits;
-}
-
-bool any_nonfinite(const Tensor& t) {
-  const int64_t n = t.numel();
-  if (t.is_cuda()) return cuda::count_nonfinite(t.raw_data(), t.dtype(), n) > 0;  // one sync per check
-  switch (t.dtype()) {
-    case kFloat32:
-      return any_nonfinite_bits(static_cast<const uint32_t*>(t.raw_data()), n, uint32_t{0x7fffffffu}, uint32_t{0x7f800000u});
-    case kFloat64:
-      return any_nonfinite_bits(static_cast<const uint64_t*>(t.raw_data()), n, uint64_t{0x7fffffffffffffffull},
-                                uint64_t{0x7ff0000000000000ull});
-    case kFloat16:
-      return any_nonfinite_bits(static_cast<const uint16_t*>(t.raw_data()), n, uint16_t{0x7fffu}, uint16_t{0x7c00u});
-    case kBFloat16:  // same bits as a float's upper half: exponent field 0x7f80
-      return any_nonfinite_bits(static_cast<const uint16_t*>(t.raw_data()), n, uint16_t{0x7fffu}, uint16_t{0x7f80u});
-    case kInt64: return false;
-  }
-  return false;
 }
 
 std::string num(double v) {

@@ -27,9 +27,10 @@ namespace halfgrad::json_checked {
 struct ParseLimits {
   size_t max_bytes = size_t{64} << 20;  // longer text is refused before parsing
   int max_depth = 64;                   // deeper nesting of arrays/objects is refused before parsing
-  /// Refuse an object that holds the same key twice (nlohmann would keep the last one silently;
-  /// a safetensors header must not name a tensor twice).
-  bool reject_duplicate_keys = false;
+  /// Refuse an object that holds the same key twice (nlohmann would keep the last one silently: a
+  /// dataset.json with two "training" lists, a safetensors header naming a tensor twice). On for
+  /// every file halfgrad reads; off only for text whose duplicates are known to be harmless.
+  bool reject_duplicate_keys = true;
 };
 
 /// The deepest nesting of arrays and objects in `n` bytes of JSON text (brackets inside strings do

@@ -13,7 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/checksum.h"
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/nonfinite.h"
 #include "core/json_checked.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -41,14 +44,6 @@ bool dtype_from_code(const std::string& code, Dtype* d) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// A file descriptor closed on scope exit.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 void write_all(int fd, const void* data, size_t n, const std::string& where) {
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {
@@ -73,6 +68,26 @@ void read_all(int fd, void* data, size_t n, uint64_t offset, const std::string& 
   }
 }
 
+// pwrite of all n bytes at `offset`.
+void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& where) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    HG_CHECK(w > 0, where << ": write failed (" << errno_text() << ")");
+    p += w;
+    n -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
+  }
+}
+
+// The metadata's checksum: XXH3-64 of its JSON text (nlohmann's dump of the sorted map, without
+// kChecksumKey), so that writer and reader hash the same bytes whatever the header's spacing.
+uint64_t metadata_checksum(const std::map<std::string, std::string>& metadata) {
+  const std::string text = nlohmann::json(metadata).dump();
+  return xxh3_64(text.data(), text.size());
+}
+
 std::string parent_dir(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
@@ -95,39 +110,54 @@ const char* dtype_code(Dtype d) {
 
 void write_file(const std::string& path, const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
   const std::string fn = "safetensors: " + path;
-  // Validate and lay out everything before creating the temporary file.
+  HG_CHECK(!metadata.count(kChecksumKey), fn << ": metadata key \"" << kChecksumKey << "\" is the writer's own (the checksums)");
+  // Validate and lay out everything before creating the temporary file. The checksums start as
+  // placeholders of their final length (16 hex digits), so the header's length is known now.
   nlohmann::json header = nlohmann::json::object();
+  nlohmann::json sums = nlohmann::json::object();
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     HG_CHECK(!name.empty() && name != kMetadataKey, fn << ": tensor name '" << name << "' is empty or reserved");
     HG_CHECK(t.defined(), fn << ": tensor '" << name << "' is undefined");
     HG_CHECK(!header.contains(name), fn << ": tensor '" << name << "' appears twice");
     header[name] = {{"dtype", dtype_code(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + t.nbytes()}}};
+    sums[name] = hex64(0);
     offset += t.nbytes();
   }
-  if (!metadata.empty()) header[kMetadataKey] = metadata;
-  std::string text = header.dump();
-  text.append((8 - (8 + text.size()) % 8) % 8, ' ');  // the buffer starts 8-byte aligned (spec: pad with spaces)
-  const uint64_t n = text.size();
+  sums[kMetadataKey] = hex64(metadata_checksum(metadata));
+  const auto header_text = [&] {
+    std::map<std::string, std::string> meta = metadata;
+    meta[kChecksumKey] = sums.dump();
+    header[kMetadataKey] = meta;
+    std::string text = header.dump();
+    text.append((8 - (8 + text.size()) % 8) % 8, ' ');  // the buffer starts 8-byte aligned (spec: pad with spaces)
+    return text;
+  };
+  const std::string placeholder = header_text();
+  const uint64_t n = placeholder.size();
 
   const std::string tmp = path + ".tmp";
   try {
-    Fd f;
-    f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    UniqueFd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     HG_CHECK(f.fd >= 0, fn << ": cannot create " << tmp << " (" << errno_text() << ")");
     write_all(f.fd, &n, 8, fn);
-    write_all(f.fd, text.data(), text.size(), fn);
+    write_all(f.fd, placeholder.data(), placeholder.size(), fn);
     for (const auto& [name, t] : tensors) {
       // CPU NCDHW tensors are written from their own memory; others through one host copy.
       const bool direct = t.device() == Device::CPU && t.memory_format() == MemoryFormat::Contiguous;
       const Tensor host = direct ? t : t.copy_to(Device::CPU).format_copy(MemoryFormat::Contiguous);
       if (host.nbytes() > 0) write_all(f.fd, host.raw_data(), host.nbytes(), fn + ": tensor '" + name + "'");
+      sums[name] = hex64(xxh3_64(host.nbytes() > 0 ? host.raw_data() : nullptr, host.nbytes()));
     }
+    // The header again, now with the tensors' checksums, over the placeholder (same length).
+    const std::string text = header_text();
+    HG_CHECK(text.size() == n, fn << ": the header changed length when its checksums were filled in ("
+                                  << n << " -> " << text.size() << " bytes)");
+    pwrite_all(f.fd, text.data(), text.size(), 8, fn);
     // fsync before the rename, so the rename never publishes a file whose blocks are still only
     // in the page cache (ext4's delayed allocation could otherwise leave a zero-length file).
     HG_CHECK(::fsync(f.fd) == 0, fn << ": fsync of " << tmp << " failed (" << errno_text() << ")");
-    const int fd = f.fd;
-    f.fd = -1;
+    const int fd = f.release();
     HG_CHECK(::close(fd) == 0, fn << ": closing " << tmp << " failed (" << errno_text() << ")");
   } catch (...) {
     std::remove(tmp.c_str());
@@ -139,13 +169,47 @@ void write_file(const std::string& path, const NamedTensors& tensors, const std:
     HG_FAIL(fn << ": renaming " << tmp << " over it failed (" << err << ")");
   }
   // The rename is durable once the folder's entry is on disk.
-  Fd dir;
-  dir.fd = ::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  UniqueFd dir(::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   HG_CHECK(dir.fd >= 0 && ::fsync(dir.fd) == 0, fn << ": fsync of the folder " << parent_dir(path) << " failed ("
                                                   << errno_text() << ")");
 }
 
 // ---- reading ----------------------------------------------------------------------------------------
+
+namespace {
+
+// Takes kChecksumKey out of h.metadata into h.checksums: a JSON object of 16-hex-digit strings, one
+// per tensor and one for the metadata ("__metadata__"), no more and no fewer; checks the metadata's.
+void parse_checksums(Header& h, const std::string& fn, const ReadLimits& limits) {
+  const auto it = h.metadata.find(kChecksumKey);
+  if (it == h.metadata.end()) return;
+  const std::string where = fn + ": metadata \"" + kChecksumKey + "\"";
+  json_checked::ParseLimits pl;
+  pl.max_bytes = it->second.size();
+  pl.max_depth = 2;
+  const nlohmann::json doc = json_checked::parse(it->second.data(), it->second.size(), where, pl);
+  const json_checked::Field root(doc, where);
+  root.require_object("an object {\"<tensor name>\": \"<16 hex digits>\", \"__metadata__\": ...}");
+  for (const auto& [name, v] : doc.items()) {
+    uint64_t sum;
+    if (!parse_hex64(root[name].as_string(), &sum)) root[name].fail("is not 16 hex digits (an XXH3-64 checksum)");
+    h.checksums[name] = sum;
+  }
+  h.metadata.erase(it);
+  for (const Entry& e : h.entries)
+    HG_CHECK(h.checksums.count(e.name), where << " has no checksum for tensor '" << e.name
+                                              << "'; expected one per tensor (a file halfgrad wrote has them all)");
+  HG_CHECK(h.checksums.count(kMetadataKey), where << " has no \"" << kMetadataKey << "\" checksum; expected one");
+  HG_CHECK(h.checksums.size() == h.entries.size() + 1,
+           where << " holds " << h.checksums.size() - 1 << " tensor checksums for " << h.entries.size()
+                 << " tensors; expected one per tensor (a checksum names a tensor the file lacks)");
+  const uint64_t got = metadata_checksum(h.metadata), want = h.checksums[kMetadataKey];
+  HG_CHECK(got == want, fn << ": the metadata hashes to xxh3 " << hex64(got) << " but its checksum says " << hex64(want)
+                           << "; the file is corrupt or its metadata was changed after it was written");
+  h.has_checksums = true;
+}
+
+}  // namespace
 
 Header parse_header(const char* data, size_t n, uint64_t file_size, const std::string& path, const ReadLimits& limits) {
   const std::string fn = "safetensors: " + path;
@@ -244,19 +308,19 @@ Header parse_header(const char* data, size_t n, uint64_t file_size, const std::s
   }
   HG_CHECK(expected == buffer_size, fn << ": the buffer has " << buffer_size << " bytes but its tensors end at byte "
                                        << expected << " (trailing bytes belong to no tensor)");
+  parse_checksums(h, fn, limits);
   return h;
 }
 
 namespace {
 
-// Opens `path` and reads its header; leaves the descriptor open in `f` for the tensor bytes.
-Header open_and_parse(const std::string& path, const ReadLimits& limits, Fd& f) {
+// Opens `path` (a regular file, without blocking on a FIFO) and reads its header; returns the
+// descriptor for the tensor bytes.
+Header open_and_parse(const std::string& path, const ReadLimits& limits, UniqueFd& f) {
   const std::string fn = "safetensors: " + path;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  HG_CHECK(f.fd >= 0, fn << ": cannot open (" << errno_text() << ")");
+  f = open_regular_file(path, fn, "a .safetensors file");
   struct stat st;
   HG_CHECK(::fstat(f.fd, &st) == 0, fn << ": cannot stat (" << errno_text() << ")");
-  HG_CHECK(S_ISREG(st.st_mode), fn << ": not a regular file");
   const auto file_size = static_cast<uint64_t>(st.st_size);
   HG_CHECK(file_size >= 8, fn << ": the file has " << file_size << " bytes; a safetensors file starts with an 8-byte header size");
   uint64_t header_bytes;
@@ -274,19 +338,37 @@ Header open_and_parse(const std::string& path, const ReadLimits& limits, Fd& f) 
 }  // namespace
 
 Header read_header(const std::string& path, const ReadLimits& limits) {
-  Fd f;
+  UniqueFd f;
   return open_and_parse(path, limits, f);
 }
 
 Contents read_file(const std::string& path, const ReadLimits& limits) {
-  Fd f;
+  UniqueFd f;
   Header h = open_and_parse(path, limits, f);
+  const std::string fn = "safetensors: " + path;
   Contents c;
   c.metadata = std::move(h.metadata);
+  c.checksummed = h.has_checksums;
   for (const Entry& e : h.entries) {
+    const std::string what = fn + ": tensor '" + e.name + "'";
     Tensor t = Tensor::empty(e.shape, e.dtype);
-    if (e.end > e.begin) read_all(f.fd, t.raw_data(), e.end - e.begin, h.buffer_offset + e.begin,
-                                  "safetensors: " + path + ": tensor '" + e.name + "'");
+    if (e.end > e.begin) read_all(f.fd, t.raw_data(), e.end - e.begin, h.buffer_offset + e.begin, what);
+    if (h.has_checksums) {
+      const uint64_t got = xxh3_64(e.end > e.begin ? t.raw_data() : nullptr, e.end - e.begin);
+      const uint64_t want = h.checksums.at(e.name);
+      HG_CHECK(got == want, what << " (" << dtype_code(e.dtype) << " " << shape_str(e.shape) << "): its bytes hash to xxh3 "
+                                 << hex64(got) << " but the file's checksum says " << hex64(want)
+                                 << "; the file is corrupt or was changed after it was written");
+    }
+    if (limits.check_finite) {
+      if (any_nonfinite(t)) {
+        const NonFiniteSummary bad = nonfinite_summary(t);
+        HG_FAIL(what << " (" << dtype_code(e.dtype) << " " << shape_str(e.shape) << ") holds " << bad.value
+                     << " at flat index " << bad.first << " (" << bad.count << " non-finite of " << t.numel()
+                     << "); expected finite values: every loaded floating tensor is checked, and a NaN or inf weight "
+                        "would make every output NaN");
+      }
+    }
     c.tensors.emplace_back(e.name, std::move(t));
   }
   return c;

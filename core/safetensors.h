@@ -23,6 +23,16 @@
 // the JSON goes through core/json_checked.h (byte and depth limits, duplicate keys refused), and every
 // entry is checked (known dtype, at most 8 non-negative extents, numel * dtype size == end - begin
 // without overflow, offsets inside the file, no overlap and no gap) before a tensor byte is read.
+// Every floating tensor read is checked finite (a NaN or inf weight is refused by name, not trained
+// on or predicted with), unless ReadLimits::check_finite is turned off.
+//
+// Checksums: halfgrad's writer adds "__metadata__"["halfgrad_xxh3"], a JSON object (as a string, the
+// spec's metadata values being strings) holding the XXH3-64 (core/checksum.h) of every tensor's bytes
+// under its name and of the rest of the metadata under "__metadata__":
+//   {"enc.0.0.weight": "9f0c...", ..., "__metadata__": "41aa..."}
+// The reader checks them when the key is present (a flipped bit, a weight edited by hand, a
+// truncated copy: an error naming the tensor); a file without it (written by PyTorch, or by halfgrad
+// before 2026-12-04) loads as before, and Header::has_checksums says that nothing was verified.
 // Every error is a halfgrad::Error that starts "safetensors: <path>: " and names the tensor.
 #pragma once
 #include <cstdint>
@@ -47,7 +57,12 @@ struct ReadLimits {
   uint64_t max_header_bytes = 100'000'000;
   /// JSON nesting depth of the header (a valid one nests 3 deep).
   int max_depth = 16;
+  /// read_file: refuse a floating tensor holding NaN or +-inf (every halfgrad load leaves it on).
+  bool check_finite = true;
 };
+
+/// The "__metadata__" key of the checksums (see the top of this file).
+inline const char* const kChecksumKey = "halfgrad_xxh3";
 
 /// One header entry: where a tensor's bytes lie, relative to the buffer's start.
 struct Entry {
@@ -59,13 +74,18 @@ struct Entry {
 
 struct Header {
   std::vector<Entry> entries;                   // in the file's byte order (sorted by begin)
-  std::map<std::string, std::string> metadata;  // "__metadata__", empty when absent
+  std::map<std::string, std::string> metadata;  // "__metadata__" less kChecksumKey, empty when absent
   uint64_t buffer_offset = 0;                   // 8 + N: where the buffer starts in the file
+  /// Whether the file carries kChecksumKey. When it does, the metadata's checksum has been verified
+  /// by parse_header, and `checksums` holds each tensor's (verified by read_file).
+  bool has_checksums = false;
+  std::map<std::string, uint64_t> checksums;
 };
 
 struct Contents {
   NamedTensors tensors;  // new contiguous CPU tensors, in the file's byte order
-  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> metadata;  // less kChecksumKey
+  bool checksummed = false;  // every tensor's bytes and the metadata matched the file's checksums
 };
 
 /// The spec's code for a halfgrad dtype: "F32", "F16", "F64", "I64", "BF16".
@@ -74,17 +94,25 @@ const char* dtype_code(Dtype d);
 /// Writes `tensors` (defined, any device and memory format; written as contiguous row-major
 /// little-endian bytes, CUDA tensors through one host staging copy each) and `metadata` to `path`,
 /// in the order given, via path.tmp + fsync + rename + fsync of the folder. Names must be non-empty,
-/// unique and not "__metadata__". Throws halfgrad::Error naming the path (and the tensor) when a
+/// unique and not "__metadata__"; `metadata` must not hold kChecksumKey, which the writer adds (the
+/// tensors' checksums are computed while their bytes are written, and the header, whose length
+/// they do not change, is then rewritten in place before the rename). Throws halfgrad::Error naming the path (and the tensor) when a
 /// check fails or a write fails; the file at `path`, if any, is then untouched, except when only the
 /// final fsync of the folder fails: the new file has then replaced it but may not survive a power cut.
 void write_file(const std::string& path, const NamedTensors& tensors,
                 const std::map<std::string, std::string>& metadata = {});
 
-/// Parses and validates the header of `path` (see the layout above) without reading tensor bytes.
+/// Parses and validates the header of `path` (see the layout above) without reading tensor bytes;
+/// verifies the metadata's checksum when the file has one. `path` is opened without blocking and
+/// must be a regular file (core/file_io.h: a FIFO is refused, not waited on).
 Header read_header(const std::string& path, const ReadLimits& limits = {});
 
-/// read_header, then every tensor's bytes straight into a new CPU tensor.
+/// read_header, then every tensor's bytes straight into a new CPU tensor, each checked against its
+/// checksum (when the file has them) and, with limits.check_finite, for NaN and inf. Throws
+/// halfgrad::Error naming the path and the tensor ("tensor 'enc.0.0.weight' (F32 [16, 1, 3, 3, 3])
+/// holds NaN at flat index 17 ...").
 Contents read_file(const std::string& path, const ReadLimits& limits = {});
+
 
 /// Parses a header from memory: `file_size` is the size of the whole file the header came from
 /// (the byte ranges are checked against it). `data` holds the file's first bytes, at least 8 + N.

@@ -3,11 +3,17 @@
 //   <out>/msd_json/    dataset.json files naming imagesTr/{a,b}.nii.gz (what msd_json_fuzz provides)
 //   <out>/checkpoint/  a checkpoint of fuzz::TinyModule and one of a width-2, one-level U-Net, each
 //                      with the metadata halfgrad-unet3d train writes (model, recipe, volume shape)
+//   <out>/safetensors/ that U-Net again, with a NaN weight, with an inf weight, with metadata claiming
+//                      channels {4096}; an FP16 tensor of 65504 (finite); a file without checksums;
+//                      one whose last byte was flipped after its checksum was written
 // Built in the normal build, on demand:
 //   cmake --build build --target make_fuzz_corpus && build/make_fuzz_corpus fuzz/corpus
 #include <nifti1_io.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -16,6 +22,7 @@
 
 #include "fuzz/tiny_module.h"
 #include "io/nifti.h"
+#include "core/safetensors.h"
 #include "nn/checkpoint.h"
 #include "nn/unet3d.h"
 
@@ -46,7 +53,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  for (const char* d : {"nifti", "msd_json", "checkpoint"}) fs::create_directories(out / d);
+  for (const char* d : {"nifti", "msd_json", "checkpoint", "safetensors"}) fs::create_directories(out / d);
 
   Generator gen(0);
   io::Volume img{Tensor::randn({2, 3, 4}, gen), {1.5, 1, 1}, {}};
@@ -75,6 +82,42 @@ int main(int argc, char** argv) {
   fuzz::TinyModule tiny;
   nn::save_checkpoint((out / "checkpoint/tiny_module.safetensors").string(), tiny, meta,
                       {{"optim.state.0.exp_avg", Tensor::zeros({3, 2, 1, 1, 1})}});
+  // safetensors/: what issue 30's checks refuse, beside two files they pass.
+  const std::string st = (out / "safetensors").string();
+  nn::save_checkpoint(st + "/unet_width2.safetensors", unet, meta);
+  {
+    NamedTensors ts;
+    for (const auto& [n, t] : unet.named_parameters()) ts.emplace_back(n, t.clone());
+    for (const auto& [n, t] : unet.named_buffers()) ts.emplace_back(n, t.clone());
+    const std::map<std::string, std::string> md = {{nn::kMetadataKey, meta.dump()}};
+    ts[0].second.data<float>()[1] = std::nanf("");
+    safetensors::write_file(st + "/nan_weight.safetensors", ts, md);
+    ts[0].second.data<float>()[1] = INFINITY;
+    safetensors::write_file(st + "/inf_weight.safetensors", ts, md);
+    ts[0].second.data<float>()[1] = 0.5f;
+    nlohmann::json huge = meta;  // a 4096-wide claim over width-2 tensors
+    huge["model"]["channels"] = {4096};
+    huge["model"]["bottleneck"] = 4096;
+    safetensors::write_file(st + "/huge_claim.safetensors", ts, {{nn::kMetadataKey, huge.dump()}});
+    safetensors::write_file(st + "/f16_max.safetensors", {{"h", Tensor::full({4}, 65504.0f).cast_copy(kFloat16)}});
+  }
+  {  // no checksums (a PyTorch file), and one whose checksum no longer matches its bytes
+    const std::string header = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"a":"b"}})";
+    std::string bytes(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(&bytes[0], &n, 8);
+    bytes += header;
+    bytes.append(8, '\0');
+    write_text(st + "/no_checksum.safetensors", bytes);
+    safetensors::write_file(st + "/bad_checksum.safetensors", {{"w", Tensor::ones({2})}});
+    std::string tampered;
+    {
+      std::ifstream in(st + "/bad_checksum.safetensors", std::ios::binary);
+      tampered.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    tampered.back() ^= 1;
+    write_text(st + "/bad_checksum.safetensors", tampered);
+  }
   for (const auto& e : fs::recursive_directory_iterator(out))
     if (e.is_regular_file()) std::cout << e.path().string() << "  " << e.file_size() << " bytes\n";
   return 0;

@@ -103,6 +103,7 @@ CheckpointState read_checkpoint(const std::string& path) {
     dst.emplace_back(std::move(name), std::move(t));
   }
   state.kinds_from_file = has_kinds;
+  state.checksummed = file.checksummed;
   state.extra = read_checkpoint_metadata(path, file.metadata);
   return state;
 }

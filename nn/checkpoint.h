@@ -58,6 +58,9 @@ struct CheckpointState {
   /// Whether the file said which tensors are buffers ("halfgrad_buffers"): false for a file
   /// written by PyTorch, whose buffers were then guessed from their names.
   bool kinds_from_file = true;
+  /// Whether the file carried halfgrad's checksums (core/safetensors.h), all verified: false for a
+  /// file written by PyTorch or by halfgrad before checksums, whose bytes nothing vouches for.
+  bool checksummed = true;
 };
 
 /// Writes `state` to `path` (safetensors, via path.tmp and an atomic rename). Tensors must be
@@ -67,9 +70,11 @@ struct CheckpointState {
 /// unless only the folder's final fsync failed: safetensors::write_file).
 void write_checkpoint(const std::string& path, const CheckpointState& state);
 
-/// Reads and validates a whole file (safetensors::read_file's checks; the metadata JSON's size, depth
-/// and syntax). Throws halfgrad::Error for a missing, unreadable, truncated or structurally invalid file
-/// (safetensors has no checksum: a flipped bit inside tensor data is not detected).
+/// Reads and validates a whole file (safetensors::read_file's checks: structure, every tensor's
+/// checksum when the file has them, every floating tensor finite; the metadata JSON's size, depth,
+/// syntax and duplicate keys). Throws halfgrad::Error for a missing, unreadable, truncated or
+/// structurally invalid file, a tensor whose bytes do not match their checksum, or a NaN/inf value
+/// (naming the tensor).
 /// The returned tensors are new CPU leaves that own their data.
 CheckpointState read_checkpoint(const std::string& path);
 

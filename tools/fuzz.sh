@@ -8,7 +8,7 @@
 #
 # Environment:
 #   FUZZ_SECONDS   seconds per harness (default 60)
-#   FUZZ_TARGETS   harnesses to run (default "nifti_fuzz msd_json_fuzz checkpoint_fuzz")
+#   FUZZ_TARGETS   harnesses to run (default "nifti_fuzz msd_json_fuzz checkpoint_fuzz safetensors_fuzz")
 #   FUZZ_BUILD     build folder (default build-fuzz)
 #   FUZZ_WORK      growing corpora, logs and findings (default $FUZZ_BUILD/work)
 #   FUZZ_JOBS      build parallelism (default 2)
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"nifti_fuzz msd_json_fuzz checkpoint_fuzz"}
+targets=${FUZZ_TARGETS:-"nifti_fuzz msd_json_fuzz checkpoint_fuzz safetensors_fuzz"}
 build=${FUZZ_BUILD:-build-fuzz}
 work=${FUZZ_WORK:-$build/work}
 jobs=${FUZZ_JOBS:-2}
