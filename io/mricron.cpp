@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace halfgrad::io {
 namespace {
@@ -33,13 +34,9 @@ std::string excerpt(const std::string& line) {
 // aal.nii.txt: "<value> <name> <code>" per line -> value -> lobe class. The file is ~3 KB; more
 // than 1 MiB is refused before reading.
 std::map<int64_t, int64_t> read_aal_lobes(const std::string& path) {
-  constexpr uintmax_t kMaxBytes = uintmax_t{1} << 20;
-  std::error_code ec;
-  const uintmax_t size = fs::file_size(path, ec);
-  HG_CHECK(!ec && size <= kMaxBytes, "load_mricron_atlas: " << path << " is " << (ec ? 0 : size)
-                                                            << " bytes; expected a region list of at most 1 MiB");
-  std::ifstream in(path);
-  HG_CHECK(in.good(), "load_mricron_atlas: " << path << ": cannot open for reading");
+  constexpr size_t kMaxBytes = size_t{1} << 20;
+  std::istringstream in(read_regular_file(path, kMaxBytes, "load_mricron_atlas: " + path,
+                                          "a region list of at most 1 MiB"));
   std::map<int64_t, int64_t> lobes;
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {

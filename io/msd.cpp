@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/json_checked.h"
 
 namespace halfgrad::io {
@@ -48,18 +48,8 @@ bool file_id(const std::string& path, std::pair<dev_t, ino_t>* id) {
 }
 
 std::string read_text(const std::string& json_path) {
-  std::error_code ec;
-  const auto size = fs::file_size(json_path, ec);
-  HG_CHECK(!ec, "load_msd: " << json_path << ": cannot read its size (" << ec.message() << ")");
-  HG_CHECK(size <= kMaxDatasetJsonBytes, "load_msd: " << json_path << " is " << size << " bytes; the limit is "
-                                                      << kMaxDatasetJsonBytes << " (an MSD dataset.json is a few hundred KB)");
-  std::ifstream in(json_path, std::ios::binary);
-  HG_CHECK(in.good(), "load_msd: " << json_path << ": cannot open for reading");
-  std::string text(static_cast<size_t>(size), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(size));
-  HG_CHECK(static_cast<size_t>(in.gcount()) == size, "load_msd: " << json_path << ": read " << in.gcount() << " of "
-                                                                  << size << " bytes");
-  return text;
+  return read_regular_file(json_path, kMaxDatasetJsonBytes, "load_msd: " + json_path,
+                           "an MSD dataset.json (a few hundred KB)");
 }
 
 }  // namespace
@@ -67,7 +57,7 @@ std::string read_text(const std::string& json_path) {
 MsdDataset load_msd(const std::string& root) {
   const std::string json_path = (fs::path(root) / "dataset.json").string();
   std::error_code ec;
-  HG_CHECK(fs::is_regular_file(json_path, ec),
+  HG_CHECK(fs::exists(json_path, ec),
            "load_msd: " << json_path << " not found; expected an MSD dataset root holding dataset.json, imagesTr/ and labelsTr/");
   const std::string text = read_text(json_path);
   json_checked::ParseLimits limits;
@@ -140,10 +130,7 @@ MsdSplit split_every_fifth(const std::vector<MsdPair>& pairs) {
 MsdCase load_msd_case(const MsdPair& pair, int64_t num_classes) {
   HG_CHECK(num_classes >= 1, "load_msd_case: num_classes is " << num_classes << "; expected >= 1");
   MsdCase c{read_nifti(pair.image), read_label_nifti(pair.label, num_classes)};
-  const Shape& is = c.image.data.shape();
-  const Shape& ls = c.label.data.shape();
-  HG_CHECK(is == ls, "load_msd_case: label " << pair.label << " has shape (z, y, x) " << shape_str(ls) << " but image "
-                                             << pair.image << " has " << shape_str(is) << "; expected equal shapes");
+  check_same_geometry(c.image, pair.image, c.label, pair.label, "load_msd_case");
   return c;
 }
 

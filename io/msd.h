@@ -60,9 +60,10 @@ struct MsdCase {
 };
 
 /// Reads pair.image (read_nifti) and pair.label (read_label_nifti with num_classes: every label an
-/// integer in [0, num_classes)) and checks that the shapes are equal. Throws halfgrad::Error naming
-/// the file(s), the shapes or the offending value and voxel (i, j, k), and what was expected; read
-/// errors as read_nifti.
+/// integer in [0, num_classes)) and checks that they share one grid: shape, spacing and affine
+/// (check_same_geometry, as nnU-Net's dataset check). Throws halfgrad::Error naming the file(s), the
+/// shapes, spacings and affines or the offending value and voxel (i, j, k), and what was expected;
+/// read errors as read_nifti.
 MsdCase load_msd_case(const MsdPair& pair, int64_t num_classes);
 
 }  // namespace halfgrad::io

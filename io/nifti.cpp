@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace halfgrad::io {
 namespace {
@@ -104,12 +105,15 @@ class RawInput {
 
 class FileInput : public RawInput {
  public:
+  // Opened without blocking (a FIFO named x.nii.gz is refused, not waited on: core/file_io.h).
   FileInput(const std::string& path, const std::string& where) {
-    f_ = std::fopen(path.c_str(), "rb");
-    HG_CHECK(f_ != nullptr, where << "cannot open the file for reading; expected a readable .nii or .nii.gz file");
+    UniqueFd fd = open_regular_file(path, where.substr(0, where.size() - 2), "a readable .nii or .nii.gz file");
     struct stat st;
-    HG_CHECK(::fstat(fileno(f_), &st) == 0 && S_ISREG(st.st_mode), where << "not a regular file");
+    HG_CHECK(::fstat(fd.fd, &st) == 0, where << "cannot stat the file");
     size_ = static_cast<uint64_t>(st.st_size);
+    f_ = ::fdopen(fd.fd, "rb");
+    HG_CHECK(f_ != nullptr, where << "cannot open the file for reading; expected a readable .nii or .nii.gz file");
+    fd.release();
   }
   ~FileInput() override { std::fclose(f_); }
   FileInput(const FileInput&) = delete;
@@ -469,8 +473,10 @@ Volume to_labels(RawVolume raw, Volume geom, const std::string& name, int64_t nu
 void check_file(const std::string& path) {
   const std::string where = "read_nifti: " + path + ": ";
   HG_CHECK(has_nifti_extension(path), where << "expected a file name ending in .nii or .nii.gz");
-  std::error_code ec;
-  HG_CHECK(fs::is_regular_file(path, ec), where << "file not found; expected an existing .nii or .nii.gz file");
+  struct stat st;
+  HG_CHECK(::stat(path.c_str(), &st) == 0, where << "file not found; expected an existing .nii or .nii.gz file");
+  HG_CHECK(S_ISREG(st.st_mode), where << "is " << file_type_name(st.st_mode)
+                                      << ", not a regular file; expected a .nii or .nii.gz file");
 }
 
 // ---- writing with a given header -----------------------------------------------------------------
@@ -623,6 +629,46 @@ void write_probabilities_nifti(const std::string& path, const Tensor& probs, con
   std::strncpy(h.intent_name, "softmax", sizeof h.intent_name - 1);
   std::strncpy(h.descrip, "halfgrad-unet3d class probabilities", sizeof h.descrip - 1);
   write_header_and_voxels(path, h, dense.data<float>(), dense.nbytes(), where);
+}
+
+namespace {
+
+bool geometry_close(double a, double b) { return std::fabs(a - b) <= kGeometryAtol + kGeometryRtol * std::fabs(b); }
+
+std::string affine_rows(const std::array<double, 16>& m) {
+  std::ostringstream os;
+  os << std::setprecision(6);
+  for (int r = 0; r < 3; ++r) {
+    os << (r ? " " : "") << "[";
+    for (int c = 0; c < 4; ++c) os << (c ? ", " : "") << m[static_cast<size_t>(4 * r + c)];
+    os << "]";
+  }
+  return os.str();
+}
+
+std::string spacing_str(const std::array<double, 3>& s) {
+  std::ostringstream os;
+  os << std::setprecision(6) << "(" << s[0] << ", " << s[1] << ", " << s[2] << ") mm";
+  return os.str();
+}
+
+}  // namespace
+
+void check_same_geometry(const Volume& image, const std::string& image_path, const Volume& label,
+                         const std::string& label_path, const std::string& where) {
+  HG_CHECK(image.data.shape() == label.data.shape(),
+           where << ": label " << label_path << " has shape (z, y, x) " << shape_str(label.data.shape()) << " but image "
+                 << image_path << " has " << shape_str(image.data.shape()) << "; expected equal shapes");
+  bool spacing_ok = true, affine_ok = true;
+  for (size_t d = 0; d < 3; ++d) spacing_ok = spacing_ok && geometry_close(label.spacing[d], image.spacing[d]);
+  for (size_t i = 0; i < 12; ++i) affine_ok = affine_ok && geometry_close(label.affine[i], image.affine[i]);
+  HG_CHECK(spacing_ok && affine_ok,
+           where << ": label " << label_path << " and image " << image_path << " are not on the same grid: "
+                 << (spacing_ok ? "" : "voxel spacing (z, y, x) " + spacing_str(label.spacing) + " against " +
+                                           spacing_str(image.spacing) + "; ")
+                 << "affine (voxel -> mm, rows x y z) " << affine_rows(label.affine) << " against "
+                 << affine_rows(image.affine) << "; expected them to agree within " << kGeometryAtol << " mm + "
+                 << kGeometryRtol << " relative (a flipped, shifted or resampled label map would mislabel voxels)");
 }
 
 Volume read_nifti(const std::string& path, const NiftiReadOptions& options) {

@@ -86,6 +86,22 @@ Volume read_nifti_buffer(const void* data, size_t n, const std::string& name, co
 Volume read_label_nifti_buffer(const void* data, size_t n, const std::string& name, int64_t num_classes = 0,
                                const NiftiReadOptions& options = {});
 
+/// The tolerances of check_same_geometry: |a - b| <= atol + rtol * |b| for each spacing and each
+/// affine element (millimetres; the rotation part scaled by the spacing), as numpy.allclose. nnU-Net's
+/// dataset check (verify_dataset_integrity's verify_geometry) uses allclose's defaults, atol 1e-8;
+/// here atol is 1e-4 mm, because a qform rebuilt from float32 quaternions and an sform of the same
+/// grid differ by ~1e-6 in their rotation terms. Either is far below a voxel.
+constexpr double kGeometryAtol = 1e-4;
+constexpr double kGeometryRtol = 1e-5;
+
+/// Throws halfgrad::Error unless `label` lies on `image`'s voxel grid in the world: the same
+/// (D, H, W), the same spacing and the same affine (voxel -> mm) within the tolerances above; a
+/// label map whose axes are flipped, shifted or scaled relative to its image would train the network
+/// on voxels that are not the ones labelled. The message starts "<where>: ", names both files and
+/// gives both spacings and both affines (their first three rows).
+void check_same_geometry(const Volume& image, const std::string& image_path, const Volume& label,
+                         const std::string& label_path, const std::string& where);
+
 /// Writes `vol` as a float32 NIfTI-1 file; `path` must end in .nii or .nii.gz (gzip-compressed).
 ///
 /// vol.data: 3-D (D, H, W), any dtype (int64 labels are written as float32 values; exact below
