@@ -143,12 +143,16 @@ bool never_asks(OpKind kind) {
 
 }  // namespace
 
-bool set_op_fp32(OpKind kind, bool fp32) {
-  HG_CHECK(!fp32 || !never_asks(kind),
+void check_op_fp32_allowed(OpKind kind) {
+  HG_CHECK(!never_asks(kind),
            "amp::set_op_fp32: " << op_kind_name(kind) << " cannot be moved to FP32: its op never asks the precision "
                                 << "table (it runs in its input's dtype: " << op_record(kind).why
                                 << "), so the override would change nothing; move the op that produces its input "
                                 << "(e.g. conv3d) or use an FP32 module region (Module::set_autocast_fp32)");
+}
+
+bool set_op_fp32(OpKind kind, bool fp32) {
+  if (fp32) check_op_fp32_allowed(kind);
   bool prev = t_state.force_fp32[static_cast<size_t>(kind)];
   t_state.force_fp32[static_cast<size_t>(kind)] = fp32;
   return prev;

@@ -229,6 +229,9 @@ class AutocastGuard {
 /// kind whose op never asks the table (relu, leaky_relu, max_pool3d, reshape, view, permute,
 /// nll_loss): the override would change nothing.
 bool set_op_fp32(OpKind kind, bool fp32);
+/// Throws set_op_fp32's error when `kind` cannot be moved to FP32; changes nothing (for validating
+/// a command line before any state is touched: amp::PrecisionPlan).
+void check_op_fp32_allowed(OpKind kind);
 
 // ---- the weight-cast cache (see the file comment; ops::autocast_cast is its only client) ----------
 
