@@ -22,7 +22,9 @@
 // in PyTorch (default widths: 5,644,947).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -75,6 +77,23 @@ struct UNet3dOptions {
   static constexpr size_t kMaxJsonLevels = 16;
   /// "channels {16, 32, 64, 128}, bottleneck 256, norm batch, in 1, classes 3", for logs.
   std::string describe() const;
+
+  /// The options of the UNet3d whose state_dict has these tensors (name -> shape; a safetensors
+  /// header's entries, so nothing is allocated): levels and widths from enc.<l>.0.weight,
+  /// in_channels from enc.0.0.weight's dim 1, bottleneck from bott.0.weight, num_classes from
+  /// head.weight, the norm from enc.0.1.running_mean (batch) or enc.0.0.bias (none) or neither
+  /// (instance). Every 5-D tensor must have the kernels UNet3d builds (3^3 block convs, 2^3 up-convs,
+  /// a 1^3 head). Throws halfgrad::Error starting "<where>: " naming the missing or odd tensor.
+  static UNet3dOptions infer_from_shapes(const std::map<std::string, Shape>& shapes, const std::string& where);
+  /// Throws halfgrad::Error starting "<where>: " unless infer_from_shapes(shapes) equals these
+  /// options: a checkpoint whose metadata claims another architecture than its tensors is refused
+  /// before the model is built (a 93 KB file claiming channels {4096} would otherwise allocate
+  /// gigabytes first).
+  void check_matches_shapes(const std::map<std::string, Shape>& shapes, const std::string& where) const;
+  bool operator==(const UNet3dOptions& o) const {
+    return in_channels_ == o.in_channels_ && num_classes_ == o.num_classes_ && channels_ == o.channels_ &&
+           bottleneck_ == o.bottleneck_ && norm_ == o.norm_;
+  }
 
   int64_t in_channels_ = 1;
   int64_t num_classes_ = 3;

@@ -55,4 +55,44 @@ std::string UNet3dOptions::describe() const {
   return os.str();
 }
 
+UNet3dOptions UNet3dOptions::infer_from_shapes(const std::map<std::string, Shape>& shapes, const std::string& where) {
+  auto shape_of = [&](const std::string& name, size_t dims) -> const Shape& {
+    auto it = shapes.find(name);
+    HG_CHECK(it != shapes.end(), where << ": no tensor '" << name << "'; expected a UNet3d state_dict");
+    HG_CHECK(it->second.size() == dims, where << ": tensor '" << name << "' has shape " << shape_str(it->second)
+                                              << "; a UNet3d's has " << dims << " dimensions");
+    return it->second;
+  };
+  UNet3dOptions o;
+  std::vector<int64_t> channels;
+  for (size_t l = 0; shapes.count("enc." + std::to_string(l) + ".0.weight"); ++l)
+    channels.push_back(shape_of("enc." + std::to_string(l) + ".0.weight", 5)[0]);
+  HG_CHECK(!channels.empty(), where << ": no tensor 'enc.0.0.weight'; expected a UNet3d state_dict");
+  o.channels(channels);
+  o.in_channels(shape_of("enc.0.0.weight", 5)[1]);
+  o.bottleneck(shape_of("bott.0.weight", 5)[0]);
+  o.num_classes(shape_of("head.weight", 5)[0]);
+  o.norm(shapes.count("enc.0.1.running_mean") ? NormKind::Batch
+         : shapes.count("enc.0.0.bias")        ? NormKind::None
+                                               : NormKind::Instance);
+  // The kernels UNet3d builds: 3x3x3 block convs, 2x2x2 up-convolutions, a 1x1x1 head. A state_dict
+  // with per-axis kernels (nnU-Net's (1, 3, 3) for anisotropic plans) is another architecture, which
+  // UNet3dOptions cannot describe: say so here rather than as a shape mismatch when loading.
+  for (const auto& [name, shape] : shapes) {
+    if (shape.size() != 5) continue;
+    const int64_t k = name.rfind("up.", 0) == 0 ? 2 : name.rfind("head.", 0) == 0 ? 1 : 3;
+    HG_CHECK(shape[2] == k && shape[3] == k && shape[4] == k,
+             where << ": tensor '" << name << "' has shape " << shape_str(shape) << "; halfgrad's UNet3d has " << k
+                   << "x" << k << "x" << k << " kernels there (per-axis kernels are not a UNet3dOptions choice)");
+  }
+  return o;
+}
+
+void UNet3dOptions::check_matches_shapes(const std::map<std::string, Shape>& shapes, const std::string& where) const {
+  const UNet3dOptions found = infer_from_shapes(shapes, where);
+  HG_CHECK(found == *this, where << ": the metadata describes a UNet3d with " << describe()
+                                 << ", but the file's tensors are those of " << found.describe()
+                                 << "; expected them to agree (a corrupt or edited file)");
+}
+
 }  // namespace halfgrad::nn
