@@ -3,7 +3,9 @@
 #include "examples/05_unet3d/resume.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <limits>
 
@@ -35,23 +37,29 @@ CLI::Validator decimal_integer(uint64_t lo, uint64_t hi) {
       "decimal in " + range);
 }
 
-CLI::Validator finite_number(double lo, bool strict) {
-  const std::string bound = std::string(strict ? "> " : ">= ") + CLI::detail::to_string(lo);
+CLI::Validator finite_number(double lo, bool strict, double hi) {
+  std::string bound = std::string(strict ? "> " : ">= ") + CLI::detail::to_string(lo);
+  if (std::isfinite(hi)) bound = (strict ? "in (" : "in [") + CLI::detail::to_string(lo) + ", " + CLI::detail::to_string(hi) + "]";
   return CLI::Validator(
-      [lo, strict, bound](std::string& s) -> std::string {
-        double v;
-        try {
-          size_t used = 0;
-          v = std::stod(s, &used);
-          if (used != s.size() || s.empty() || std::isspace(static_cast<unsigned char>(s[0])))
-            throw std::invalid_argument(s);
-        } catch (const std::out_of_range&) {
-          return "'" + s + "' is out of range; expected a finite number " + bound;
-        } catch (const std::exception&) {
-          return "'" + s + "' is not a number; expected a finite number " + bound;
+      [lo, strict, hi, bound](std::string& s) -> std::string {
+        const std::string expected = "expected a finite number " + bound;
+        if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return "'" + s + "' is not a number; " + expected;
+        // strtod, not stod: stod throws out_of_range for a value that underflows (1e-400) as for
+        // one that overflows (1e400), and the two deserve different words.
+        errno = 0;
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end != s.c_str() + s.size()) return "'" + s + "' is not a number; " + expected;
+        if (errno == ERANGE && std::fabs(v) > 1)
+          return "'" + s + "' overflows double precision (beyond 1.8e308); " + expected;
+        if (!std::isfinite(v)) return "'" + s + "' is not finite; " + expected;
+        const bool underflow = errno == ERANGE;  // |value| below 2.2e-308: rounded to v (0 or subnormal)
+        if ((strict ? v <= lo : v < lo) || v > hi) {
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%.17g", v);
+          return "'" + s + "' " + (underflow ? std::string("underflows to ") + buf + " in double precision, which is"
+                                             : std::string("is")) + " out of range; " + expected;
         }
-        if (!std::isfinite(v) || (strict ? v <= lo : v < lo))
-          return "'" + s + "' is out of range; expected a finite number " + bound;
         char buf[32];
         std::snprintf(buf, sizeof buf, "%.17g", v);
         s = buf;
@@ -76,6 +84,9 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
                     "continue the run in RUN_DIR from its last checkpoint with the options it was started with "
                     "(bit-identical to a run that never stopped); only --epochs N (train until epoch N), "
                     "--save-every, --max-minutes, --stop-after-epoch, --no-progress, --no-memory-check may be given");
+  train->add_flag("--allow-data-change", t.allow_data_change,
+                  "with --resume: continue although the data differs from what the run trained on (a file added, "
+                  "removed or changed since; refused otherwise, naming each)");
   train->add_option("--stop-after-epoch", t.stop_after_epoch,
                     "save and stop after epoch K, as if stopped there; the LR schedule stays that of --epochs, so "
                     "--resume continues the same run")
@@ -149,6 +160,7 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   eval->add_option("--device", e.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   eval->add_option("--overlay", e.overlay,
                    "folder for a PNG per volume: the slice with most foreground, image | label | prediction");
+  eval->add_flag("--overwrite", e.overwrite, "replace --overlay PNGs that exist (refused otherwise)");
   eval->add_flag("!--no-memory-check", e.memory_check,
                  "evaluate even when the estimated memory of the largest volume's forward exceeds what is free");
   PredictArgs& p = predict_args;
@@ -161,8 +173,10 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
                       "label map file (.nii/.nii.gz) for one input, or a folder (created) for the same file names")
       ->required();
   predict->add_option("--device", p.device, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  predict->add_option("--overlap", p.overlap, "fraction of the window shared by neighbouring tiles (default 0.5)")
-      ->transform(finite_number(0, false));
+  predict->add_option("--overlap", p.overlap,
+                      "fraction of the window shared by neighbouring tiles, at most 0.9 (default 0.5, nnU-Net's; "
+                      "0.9 already means about 1000 times the tiles of 0)")
+      ->transform(finite_number(0, false, kMaxOverlap));
   predict->add_flag("--tta", p.tta, "test-time augmentation: average the logits of the mirrorings along the axes the recipe trained with flips (8 for reference, 2 for cpu: x only)");
   predict->add_option("--probabilities", p.probabilities,
                       "also write float32 softmax probabilities (4-D, dim[4] = classes): a file or folder, as --output");
@@ -191,6 +205,10 @@ void check_train_args(const TrainArgs& a) {
            "halfgrad-unet3d train: " << (a.resume.empty() ? "--out RUN_DIR is required (or --resume RUN_DIR)"
                                                           : "--resume RUN_DIR continues the run in RUN_DIR; drop --out"));
   check_resume_args(a);
+  HG_CHECK(!a.allow_data_change || !a.resume.empty(),
+           "halfgrad-unet3d train: --allow-data-change is for --resume (a new run has no earlier data to differ from)");
+  // The precision words, which --resume takes from the run (the words here are then the defaults).
+  if (a.resume.empty()) precision_plan(a);
   HG_CHECK(!(a.device == "cpu" && a.memory_format == "ndhwc"),
            "halfgrad-unet3d train: --memory-format ndhwc asks for channels-last activations, but with --device cpu "
            "every op runs NCDHW (channels-last is a CUDA layout here); drop --memory-format, or use --device cuda");

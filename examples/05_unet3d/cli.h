@@ -5,12 +5,13 @@
 //   integers  decimal digits only ("010" is ten, not octal eight; no sign, no "0x", no "1e3"), in
 //             the option's range (e.g. --epochs in [1, 1000000]); a value past the range, however
 //             many digits it has, is refused instead of being clamped to INT64_MAX.
-//   floats    finite (no nan/inf), and > 0 (--lr) or >= 0 (--max-minutes).
+//   floats    finite (no nan/inf), and > 0 (--lr), >= 0 (--max-minutes) or in [0, 0.9] (--overlap).
 // After parsing, `check_train_args` refuses combinations that would be silently ignored
 // (`--memory-format ndhwc` with `--device cpu`: the CPU ops run NCDHW only).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -30,9 +31,11 @@ constexpr uint64_t kMaxGpus = 64;              // --gpus: the ranks of one host
 /// it is rewritten without leading zeros, so CLI11's own conversion (which reads "010" as octal) sees
 /// plain decimal. The error names the value and the range.
 CLI::Validator decimal_integer(uint64_t lo, uint64_t hi);
-/// A CLI11 transform for a floating option: a finite number, > lo when `strict`, else >= lo;
-/// rewritten as "%.17g" so that the value CLI11 stores is the one checked.
-CLI::Validator finite_number(double lo, bool strict);
+/// A CLI11 transform for a floating option: a finite number, > lo when `strict`, else >= lo, and
+/// <= hi; rewritten as "%.17g" so that the value CLI11 stores is the one checked. A value too
+/// small for a double ("1e-400") is read as what it rounds to (0) and accepted when that is in
+/// range, else refused saying it underflows; one too large ("1e400") is refused as an overflow.
+CLI::Validator finite_number(double lo, bool strict, double hi = std::numeric_limits<double>::infinity());
 
 /// The whole command line: `app` with its subcommands, bound to `train_args`, `eval_args` and
 /// `predict_args`.
@@ -55,7 +58,9 @@ struct CommandLine {
   PredictArgs predict_args;
 };
 
-/// What the parser cannot see; throws halfgrad::Error naming the options: --memory-format ndhwc
+/// What the parser cannot see; throws halfgrad::Error naming the options: the precision words that
+/// disagree (precision_plan: --amp with --opt-level O2, --amp-dtype bf16 without --amp, an unknown
+/// --opt-level or --fp32-op, --fp32-op without O1), --memory-format ndhwc
 /// with --device cpu (an explicit request the CPU ops cannot honour: they run NCDHW only; the
 /// default, --memory-format unset, means ndhwc on cuda and NCDHW on the CPU without a word), and
 /// --gpus without --device cuda (the ranks are GPUs talking through NCCL).

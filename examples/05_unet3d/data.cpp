@@ -1,6 +1,7 @@
 #include "examples/05_unet3d/data.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 
 #include "core/error.h"
@@ -31,6 +32,12 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
   data.source = (ds.name.empty() ? std::string("MSD dataset") : ds.name) + " at " + dir;
   data.num_classes = ds.num_classes;
   data.class_names = ds.class_names;
+  data.root = dir;
+  data.files.push_back("dataset.json");
+  const std::filesystem::path base = std::filesystem::path(dir).lexically_normal();
+  for (const io::MsdPair& p : ds.pairs)
+    for (const std::string* f : {&p.image, &p.label})
+      data.files.push_back(std::filesystem::path(*f).lexically_normal().lexically_relative(base).string());
   io::MsdSplit split;
   if (all_for_eval) split.val = ds.pairs;
   else split = io::split_every_fifth(ds.pairs);
@@ -69,7 +76,8 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
 }
 
 SegData load_default_data(const Recipe& r) {
-  io::BrainAtlas atlas = io::load_mricron_atlas(io::MricronOptions().with_factor(2));
+  const io::MricronOptions options = io::MricronOptions().with_factor(2);
+  io::BrainAtlas atlas = io::load_mricron_atlas(options);
   io::AtlasSplit split = io::split_hemispheres(atlas);
   SegData data;
   data.source = "mricron-data ch2 T1 + AAL lobes (2 mm; left hemisphere trains, right validates)";
@@ -80,6 +88,8 @@ SegData load_default_data(const Recipe& r) {
   const Shape vshape = divisible_shape(split.val.image.shape(), levels);
   io::Sample val = io::prepare_fixed_shape(split.val.image, split.val.label, vshape);
   data.volume_shape = {vshape[0], vshape[1], vshape[2]};
+  data.root = options.dir;
+  data.files = {"ch2.nii.gz", "aal.nii.gz", "aal.nii.txt"};  // what load_mricron_atlas reads
   data.train.push_back({"ch2 left hemisphere", split.train.image, split.train.label});
   data.val.push_back({"ch2 right hemisphere", val.image, val.label});
   return data;

@@ -29,6 +29,8 @@ struct SegData {
   int64_t num_classes = 0;
   std::vector<std::string> class_names;  // class_names[0] is background
   std::array<int64_t, 3> volume_shape{};  // (z, y, x) every validation volume was padded to
+  std::string root;                      // the data folder (--data, or the mricron-data templates)
+  std::vector<std::string> files;        // every file read, relative to root (data_fingerprint.h)
 };
 
 /// MSD folder `dir`; `all_for_eval` puts every pair in `val` (for the eval subcommand).

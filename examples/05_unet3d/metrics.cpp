@@ -1,8 +1,11 @@
 #include "examples/05_unet3d/metrics.h"
 
+#include <cmath>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace unet3d_app {
 
@@ -69,6 +72,38 @@ static std::string without_times(const std::string& line) {
   const size_t last = line.rfind(',');
   const size_t cut = last == std::string::npos || last == 0 ? std::string::npos : line.rfind(',', last - 1);
   return cut == std::string::npos ? line : line.substr(0, cut);
+}
+
+std::string read_metrics_csv(const std::string& path) {
+  try {
+    return halfgrad::read_regular_file(path, size_t{64} << 20, path, "a metrics.csv");
+  } catch (const halfgrad::Error&) {
+    return "";
+  }
+}
+
+double MetricsTable::restore_untimed_rows(const std::vector<std::string>& rows, const std::string& csv_text) {
+  std::map<std::string, std::string> timed;  // a metrics.csv line without its times -> the line
+  std::istringstream in(csv_text);
+  for (std::string line; std::getline(in, line);) timed[without_times(line)] = line;
+  rows_.clear();
+  double elapsed = 0;
+  for (const std::string& r : rows) {
+    const auto it = timed.find(r);
+    if (it == timed.end()) {
+      rows_.push_back(r + ",,");
+      continue;
+    }
+    rows_.push_back(it->second);
+    const std::string& line = it->second;
+    const size_t last = line.rfind(',');
+    try {
+      const double e = std::stod(line.substr(last + 1));
+      if (std::isfinite(e) && e >= 0) elapsed = e;
+    } catch (const std::exception&) {  // an empty or hand-edited column: the earlier value stands
+    }
+  }
+  return elapsed;
 }
 
 nlohmann::json MetricsTable::to_json() const {

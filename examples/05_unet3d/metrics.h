@@ -39,6 +39,10 @@ struct EpochMetrics {
 /// the rows up to the checkpoint's epoch, and saves the same rows, less the two time columns, in the
 /// checkpoint's metadata, so metrics.csv never lists an epoch whose weights were not saved, and the
 /// checkpoint stays a function of the options and the seed (same seed, same bytes; times differ).
+/// The text of the metrics.csv at `path`, or "" when there is none or it cannot be read as a
+/// regular file of at most 64 MiB (train --resume takes only its time columns, and goes on without).
+std::string read_metrics_csv(const std::string& path);
+
 class MetricsTable {
  public:
   /// class_names[0] is the background (no column).
@@ -53,8 +57,15 @@ class MetricsTable {
   size_t size() const { return rows_.size(); }
   /// The rows as csv() writes them (with their time columns), for train --resume's state.
   const std::vector<std::string>& rows() const { return rows_; }
-  /// Puts back rows() saved by an earlier process of the same run (train --resume).
+  /// Puts back rows() saved by an earlier process of the same run (train --resume of a run saved
+  /// before 2026-12-04, whose training state held the rows with their times).
   void restore_rows(std::vector<std::string> rows) { rows_ = std::move(rows); }
+  /// Puts back to_json()'s rows (without times) saved by an earlier process of the same run, each
+  /// with its two time columns taken from the line of `csv_text` (that run's metrics.csv) whose other
+  /// columns are the same; a row that metrics.csv lacks (it lags one save behind after a kill between
+  /// the two renames) gets empty time columns. Returns the elapsed_seconds of the last row that has
+  /// one (0 when none): the training time of the earlier processes, at least.
+  double restore_untimed_rows(const std::vector<std::string>& rows, const std::string& csv_text);
 
  private:
   std::vector<std::string> class_names_;

@@ -12,6 +12,7 @@
 #include "amp/autocast.h"
 #include "autograd/node.h"
 #include "core/error.h"
+#include "core/nonfinite.h"
 #include "examples/05_unet3d/memory_estimate.h"
 #include "examples/05_unet3d/metrics.h"
 #include "examples/05_unet3d/overlay.h"
@@ -150,11 +151,13 @@ std::string fixed(double v, int prec) {
 }  // namespace
 
 int run_predict(const PredictArgs& a) {
-  HG_CHECK(a.overlap >= 0 && a.overlap < 1,
-           "halfgrad-unet3d predict: --overlap " << a.overlap << "; expected a fraction in [0, 1)");
+  HG_CHECK(a.overlap >= 0 && a.overlap <= kMaxOverlap,  // the command line checks it too (exit status 2)
+           "halfgrad-unet3d predict: --overlap " << a.overlap << "; expected a fraction in [0, " << kMaxOverlap << "]");
   const std::vector<Job> jobs = plan_jobs(a);
   const Placement where = make_placement(a.device, "ndhwc", "predict");
   TrainedModel tm = load_trained_model(a.checkpoint, where, "predict");
+  if (!tm.inferred.empty()) std::cerr << "predict: " << a.checkpoint << ": " << tm.inferred << std::endl;
+  if (!tm.unverified.empty()) std::cerr << "predict: note: " << tm.unverified << std::endl;
   const nn::UNet3dOptions& mo = tm.recipe.model;
   SlidingWindowOptions sw;
   sw.window = tm.recipe.volume_shape;
@@ -162,10 +165,10 @@ int run_predict(const PredictArgs& a) {
   if (a.tta) sw.mirror_axes = tm.recipe.flip_axes;  // the axes the model was trained with flips along
   sw.divisor = int64_t{1} << mo.channels().size();
   if (a.memory_check)  // the largest tile's forward on the device
-    check_memory(estimate_eval_memory(mo, tm.model->num_parameters(), sw.window, tm.level), available_memory(a.device),
+    check_memory(estimate_eval_memory(mo, tm.model->num_parameters(), sw.window, tm.plan.level), available_memory(a.device),
                  "predict", a.device, "the window is the recipe's volume_shape");
   std::cout << "predict: " << jobs.size() << " volume(s) with " << a.checkpoint << " (UNet3d " << mo.describe() << ", "
-            << amp::opt_level_name(tm.level) << ") on " << a.device << "; window " << sw.window[0] << "x" << sw.window[1]
+            << amp::opt_level_name(tm.plan.level) << ") on " << a.device << "; window " << sw.window[0] << "x" << sw.window[1]
             << "x" << sw.window[2] << ", overlap " << a.overlap
             << (a.tta ? ", mirroring TTA (" + std::to_string(mirror_passes(sw)) + " passes: the recipe's flip axes)" : "")
             << std::endl;
@@ -179,14 +182,15 @@ int run_predict(const PredictArgs& a) {
     try {
       // The header first: a 4-D file of several volumes is a channel count, not a corrupt file.
       const std::vector<int64_t> ext = io::read_nifti_extents(j.input);
+      std::string extents;
+      for (int64_t e : ext) extents += (extents.empty() ? "" : "x") + std::to_string(e);
+      HG_CHECK(ext.size() >= 3, "halfgrad-unet3d predict: " << j.input << " is " << ext.size() << "-D (extents " << extents
+                                                            << "); expected a 3-D volume");
       int64_t channels = 1;
       for (size_t d = 3; d < ext.size(); ++d) channels *= ext[d];
-      HG_CHECK(ext.size() >= 3 && channels == mo.in_channels(),
-               "halfgrad-unet3d predict: " << j.input << " holds " << channels << " volume(s) (extents " << [&] {
-                 std::string s;
-                 for (int64_t e : ext) s += (s.empty() ? "" : "x") + std::to_string(e);
-                 return s;
-               }() << "): " << channels << " channel(s), the model expects " << mo.in_channels());
+      HG_CHECK(channels == mo.in_channels(),
+               "halfgrad-unet3d predict: " << j.input << " holds " << channels << " volume(s) (extents " << extents
+                                           << "): " << channels << " channel(s), the model expects " << mo.in_channels());
       const io::Volume vol = io::read_nifti(j.input);
       const Shape s = vol.data.shape();
       const TilePlan plan = plan_tiles(s, sw);
@@ -211,23 +215,32 @@ int run_predict(const PredictArgs& a) {
         bar.update(done * mirror_passes(sw));
       });
       bar.finish();
+      // Nothing is written from a broken output: a NaN logit would argmax to background silently.
+      if (any_nonfinite(logits)) {
+        const NonFiniteSummary bad = nonfinite_summary(logits.contiguous());
+        HG_FAIL("halfgrad-unet3d predict: " << j.input << ": the network's output holds " << bad.count
+                                            << " non-finite logit(s) (the first, " << bad.value << ", at flat index "
+                                            << bad.first << " of (classes, D, H, W) " << shape_str(logits.shape())
+                                            << "); nothing was written for it (at " << amp::opt_level_name(tm.plan.level)
+                                            << " an FP16 overflow? try the FP32 model, or --fp32-module)");
+      }
       const Tensor labels = ops::argmax(logits, 0);  // (D, H, W) int64
+      io::Volume ref;
+      if (!j.labels.empty()) {  // read and checked before anything is written
+        ref = io::read_label_nifti(j.labels, K);
+        io::check_same_geometry(vol, j.input, ref, j.labels, "halfgrad-unet3d predict: --labels");
+      }
+      const Tensor probabilities = j.probabilities.empty() ? Tensor() : ops::softmax(logits, 0).contiguous();
       io::write_label_nifti(j.output, labels, vol);
       std::ostringstream line;
       line << j.name << ": " << shape_str(s) << ", " << plan.num_tiles() << " tile(s), "
            << fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2) << " s -> "
            << j.output;
       if (!j.probabilities.empty()) {
-        io::write_probabilities_nifti(j.probabilities, ops::softmax(logits, 0).contiguous(), vol);
+        io::write_probabilities_nifti(j.probabilities, probabilities, vol);
         line << ", " << j.probabilities;
       }
-      io::Volume ref;
       if (!j.labels.empty()) {
-        ref = io::read_label_nifti(j.labels, K);
-        HG_CHECK(ref.data.shape() == s, "halfgrad-unet3d predict: reference " << j.labels << " has shape "
-                                                                          << shape_str(ref.data.shape()) << ", image "
-                                                                          << j.input << " " << shape_str(s)
-                                                                          << "; expected the same voxel grid");
         const std::vector<double> d = dice_per_class(labels, ref.data, K);
         line << "; Dice";
         for (size_t c = 0; c < d.size(); ++c) {

@@ -19,19 +19,25 @@
 // .nii/.nii.gz path or an existing folder. Every file is written atomically (temp file + rename);
 // existing outputs are refused before anything runs, unless --overwrite. A volume that fails (not
 // NIfTI, 4-D with more than one volume, a channel count the model cannot take, too large for the
-// memory, unwritable output) is reported with its file name and the others go on; the exit status
-// is then 1, after the list of failures. Nothing already written is removed.
+// memory, unwritable output, a network output holding NaN/inf, a --labels map on another grid) is
+// reported with its file name and the others go on; the exit status is then 1, after the list of
+// failures. A failed volume's outputs are not written (its output is checked finite, and its
+// reference label read and checked, before the first file); nothing already written is removed.
 #pragma once
 #include <string>
 
 namespace unet3d_app {
+
+/// --overlap's largest value: the tile count grows as 1 / (1 - overlap)^3, so 0.9 is about 1000
+/// times the tiles of overlap 0 (nnU-Net's default is 0.5); 0.99 would be a million times (hours).
+constexpr double kMaxOverlap = 0.9;
 
 struct PredictArgs {
   std::string checkpoint;     // checkpoint written by train
   std::string input;          // a .nii/.nii.gz file or a folder of them
   std::string output;         // a file (one input) or a folder
   std::string device = "cpu";
-  double overlap = 0.5;       // sliding-window overlap, a fraction in [0, 1)
+  double overlap = 0.5;       // sliding-window overlap, a fraction in [0, kMaxOverlap]
   bool tta = false;           // average the mirrorings along the recipe's flip axes (sliding_window.h)
   std::string probabilities;  // where the float32 softmax maps go (file or folder, as --output); empty = none
   std::string labels;         // folder of reference label maps (same file names): print Dice

@@ -4,7 +4,7 @@
 
 namespace unet3d_app {
 
-Recipe recipe_by_name(const std::string& name) {
+Recipe recipe_by_name(const std::string& name, const std::string& where) {
   Recipe r;
   r.name = name;
   if (name == "reference") return r;  // the defaults above are torch_hippo_train.py's recipe
@@ -37,7 +37,7 @@ Recipe recipe_by_name(const std::string& name) {
     r.val_every = 1;
     return r;
   }
-  HG_FAIL("halfgrad-unet3d: unknown --config '" << name << "'; expected one of: cpu, reference, tiny");
+  HG_FAIL(where << ": unknown recipe '" << name.substr(0, 40) << "'; expected one of: cpu, reference, tiny");
 }
 
 }  // namespace unet3d_app

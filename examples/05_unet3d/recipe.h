@@ -44,7 +44,9 @@ struct Recipe {
   std::vector<int64_t> flip_axes{0, 1, 2};  // (z, y, x) axes flipped with probability 1/2 each
 };
 
-/// The named recipe; throws halfgrad::Error listing the known names otherwise.
-Recipe recipe_by_name(const std::string& name);
+/// The named recipe; throws halfgrad::Error "<where>: unknown recipe 'x'; expected one of: cpu,
+/// reference, tiny" otherwise. `where` says where the name came from: "halfgrad-unet3d: --config"
+/// (the default), or a checkpoint's field ("halfgrad-unet3d eval: FILE: field 'recipe'").
+Recipe recipe_by_name(const std::string& name, const std::string& where = "halfgrad-unet3d: --config");
 
 }  // namespace unet3d_app

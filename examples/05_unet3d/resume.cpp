@@ -11,7 +11,6 @@ using halfgrad::json_checked::Field;
 
 nlohmann::json train_args_to_json(const TrainArgs& a) {
   return {{"data", a.data},
-          {"out", a.out},
           {"config", a.config},
           {"device", a.device},
           {"memory_format", a.memory_format},
@@ -36,7 +35,7 @@ TrainArgs train_args_from_json(const Field& j) {
   j.require_object("the options of the run (train_meta.args)");
   TrainArgs a;
   a.data = j["data"].as_string();
-  a.out = j["out"].as_string();
+  if (j.has("out")) a.out = j["out"].as_string();  // saved before 2026-12-04; the run folder is where the file is
   a.config = j["config"].as_string();
   a.device = j["device"].as_string();
   a.memory_format = j["memory_format"].as_string();
@@ -67,7 +66,8 @@ const std::vector<std::string>& resume_allowed_options() {
   static const std::vector<std::string> allowed = {"--resume",           "--epochs",       "--save-every",
                                                    "--max-minutes",      "--stop-after-epoch", "--no-progress",
                                                    "--no-memory-check",  "--workers",      "--prefetch",
-                                                   "--gpus",             "--cuda-graph"};
+                                                   "--gpus",             "--cuda-graph",   "--data",
+                                                   "--allow-data-change"};
   return allowed;
 }
 
@@ -81,8 +81,9 @@ void check_resume_args(const TrainArgs& a) {
                                 << " cannot be given with --resume: the run continues with the options it was "
                                    "started with; only --epochs, --save-every, --max-minutes, --stop-after-epoch, "
                                    "--no-progress, --no-memory-check, --workers and --prefetch (which change no "
-                                   "bit), --gpus (the same global batch, on any number of GPUs) and --cuda-graph / --no-cuda-graph (how this "
-                                   "process runs the step) may be");
+                                   "bit), --gpus (the same global batch, on any number of GPUs), --cuda-graph / --no-cuda-graph (how this "
+                                   "process runs the step), --data (the run's data in a moved folder: compared with "
+                                   "what it trained on) and --allow-data-change may be");
 }
 
 TrainArgs resumed_args(const TrainArgs& a, const nlohmann::json& train_meta) {
@@ -102,6 +103,8 @@ TrainArgs resumed_args(const TrainArgs& a, const nlohmann::json& train_meta) {
                                        : std::string(" and is finished"))
                  << "; pass --epochs N with N > " << saved_epoch << " to train it further");
   if (given("--save-every")) b.save_every = a.save_every;
+  if (given("--data")) b.data = a.data;  // checked against the run's data fingerprint once loaded
+  b.allow_data_change = a.allow_data_change;
   b.out = a.resume;
   b.resume = a.resume;
   b.overwrite = false;

@@ -15,8 +15,14 @@
 // A run that already reached its total is refused unless --epochs is larger.
 //
 // Options allowed with --resume: --epochs, --save-every, --max-minutes, --stop-after-epoch,
-// --no-progress, --no-memory-check (how long and how this process runs; none of them changes a
-// training step). Every other option is an error naming it: the run's options are its own. Runs
+// --no-progress, --no-memory-check, --workers, --prefetch, --gpus, --cuda-graph (how long and how
+// this process runs; none of them changes a training step), --data DIR (the run's data, moved: it
+// must hold the files the run trained on) and --allow-data-change. Every other option is an error
+// naming it: the run's options are its own.
+//
+// The data: a run saves its data folder's absolute path and a fingerprint of every file it read
+// (data_fingerprint.h); the resume loads the data from that path (or --data) and refuses it when a
+// file was added, removed or changed, naming each, unless --allow-data-change. Runs
 // started with --grad-stats or --precision-report are refused: those files cover the whole run and
 // are not continued (not implemented).
 #pragma once
@@ -27,8 +33,9 @@
 
 namespace unet3d_app {
 
-/// The options a run was started with, for training_state's train_meta ("args"); `given`, `resume`
-/// and the per-process options (progress, memory_check, max_minutes, stop_after_epoch) are left out.
+/// The options a run was started with, for training_state's train_meta ("args"); `given`, `resume`,
+/// `out` (the folder the file is in) and the per-process options (progress, memory_check,
+/// max_minutes, stop_after_epoch, allow_data_change) are left out.
 nlohmann::json train_args_to_json(const TrainArgs& a);
 /// The inverse; throws halfgrad::Error naming the file and field (json_checked::Field).
 TrainArgs train_args_from_json(const halfgrad::json_checked::Field& j);

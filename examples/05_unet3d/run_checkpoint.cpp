@@ -2,6 +2,7 @@
 #include "examples/05_unet3d/run_checkpoint.h"
 
 #include <chrono>
+#include <iostream>
 #include <sstream>
 
 #include "core/error.h"
@@ -66,6 +67,9 @@ nlohmann::json load_run_checkpoint(const std::string& run_dir, nn::Module& model
                                    amp::GradScaler& scaler) {
   const std::string path = path_in(run_dir, kTrainingStateFile);
   nn::CheckpointState file = nn::read_checkpoint(path);
+  if (!file.checksummed)
+    std::cout << "note: " << path << " carries no checksum (saved before 2026-12-04): its tensors are checked for "
+                 "NaN/inf but their bytes are not verified" << std::endl;
   const json_checked::Field root(file.extra, path);
   root.require_object("halfgrad's training state {\"optimizer\", \"scaler\", \"train\"}");
   const nlohmann::json train = root["train"].require_object().value();

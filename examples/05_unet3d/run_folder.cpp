@@ -1,6 +1,8 @@
 #include "examples/05_unet3d/run_folder.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "nn/checkpoint.h"
 
 namespace unet3d_app {
@@ -60,12 +63,16 @@ RunFolderContents inspect_run_folder(const std::string& dir) {
   }
   const fs::path csv = fs::path(dir) / "metrics.csv";
   if (fs::exists(csv, ec)) {
-    std::ifstream in(csv);
-    std::string line;
-    int64_t rows = -1;  // the header is not a row
-    while (std::getline(in, line))
-      if (!line.empty()) ++rows;
-    c.metrics_summary = "metrics.csv (" + std::to_string(std::max<int64_t>(rows, 0)) + " epoch rows)";
+    try {  // read without blocking: a FIFO of that name is reported, not waited on
+      std::istringstream in(halfgrad::read_regular_file(csv.string(), size_t{64} << 20, csv.string(), "a metrics.csv"));
+      std::string line;
+      int64_t rows = -1;  // the header is not a row
+      while (std::getline(in, line))
+        if (!line.empty()) ++rows;
+      c.metrics_summary = "metrics.csv (" + std::to_string(std::max<int64_t>(rows, 0)) + " epoch rows)";
+    } catch (const halfgrad::Error&) {
+      c.metrics_summary = "metrics.csv (unreadable)";  // refused all the same: it is somebody's file
+    }
   }
   return c;
 }
@@ -86,6 +93,16 @@ void check_run_folder(const std::string& dir, bool overwrite) {
   std::error_code ec;
   HG_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec),
            "halfgrad-unet3d train: --out " << dir << " exists and is not a directory; expected a run folder");
+  if (!fs::exists(dir, ec)) {  // made once the data has loaded: its nearest existing parent must take it
+    fs::path parent = fs::absolute(dir, ec).lexically_normal();
+    while (parent.has_parent_path() && parent != parent.parent_path() && !fs::exists(parent, ec)) parent = parent.parent_path();
+    const bool is_dir = fs::is_directory(parent, ec);
+    const bool writable = is_dir && ::access(parent.c_str(), W_OK | X_OK) == 0;
+    const int err = errno;
+    HG_CHECK(writable, "halfgrad-unet3d train: --out " << dir << ": cannot create the run folder in " << parent.string()
+                                                       << " (" << (is_dir ? std::strerror(err) : "not a directory")
+                                                       << "); expected a writable directory path");
+  }
   if (overwrite) return;
   const RunFolderContents c = inspect_run_folder(dir);
   HG_CHECK(c.run_files.empty(), "halfgrad-unet3d train: --out " << dir << " already holds a run: "
@@ -125,6 +142,48 @@ std::vector<std::string> prepare_run_folder(const std::string& dir, bool overwri
     notes.push_back("--overwrite: removed the earlier run in " + dir + ": " + describe_contents(c));
   }
   return notes;
+}
+
+RunFolderLock::RunFolderLock(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kFileName).string();
+  // O_NONBLOCK: a FIFO planted under the lock's name must not hang the open (core/file_io.h).
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+  HG_CHECK(fd_ >= 0, "halfgrad-unet3d train: cannot write into the run folder " << dir << " (creating " << path << ": "
+                                                                              << std::strerror(errno)
+                                                                              << "); expected a writable folder");
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    HG_FAIL("halfgrad-unet3d train: " << path << " is " << halfgrad::file_type_name(st.st_mode)
+                                      << ", not the run folder's lock file; remove it");
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    if (err == EWOULDBLOCK)
+      HG_FAIL("halfgrad-unet3d train: " << dir << " is in use by process " << (pid.empty() ? "(unknown)" : pid)
+                                        << " (it holds the lock " << path
+                                        << "); wait for that run to finish, or choose another --out");
+    HG_FAIL("halfgrad-unet3d train: cannot lock the run folder " << dir << " (flock " << path << ": " << std::strerror(err) << ")");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    HG_FAIL("halfgrad-unet3d train: cannot write into the run folder " << dir << " (" << path << ": " << std::strerror(err)
+                                                                     << "); expected a writable folder");
+  }
+}
+
+RunFolderLock::~RunFolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {

@@ -37,8 +37,9 @@ RunFolderContents inspect_run_folder(const std::string& dir);
 
 /// Continue or refuse: when `dir` holds an earlier run's files and `overwrite` is false, throws
 /// halfgrad::Error naming the folder, what it holds and the options (--overwrite, or another --out).
-/// Also throws when `dir` exists and is not a directory. Never changes the folder; train calls it
-/// before loading the data, so a refusal comes at once.
+/// Also throws when `dir` exists and is not a directory, and when it does not exist and its nearest
+/// existing parent is not a writable folder (the run could never save). Never changes the folder;
+/// train calls it before loading the data, so a refusal comes at once.
 void check_run_folder(const std::string& dir, bool overwrite);
 
 /// check_run_folder, then makes the folder ready for a new run: removes the stale temp files and,
@@ -50,6 +51,30 @@ std::vector<std::string> prepare_run_folder(const std::string& dir, bool overwri
 /// Removes the "<run file>.tmp" files a killed write left in `dir` (train --resume calls it; a
 /// fresh run does it through prepare_run_folder). Returns one note per file removed.
 std::vector<std::string> remove_stale_temps(const std::string& dir);
+
+/// The advisory lock a training process holds on its run folder for its whole life, so that two
+/// processes never train into one folder (they would write the same "<file>.tmp" files): an
+/// exclusive flock(2) on DIR/.halfgrad.lock, which holds the owner's PID as text. The kernel drops the
+/// lock when the process ends, however it ends (kill -9 included), so a lock file left behind never
+/// blocks the next run. flock is advisory and per open file: it excludes other halfgrad processes, not
+/// a user's `rm`. On NFS, flock is emulated with fcntl locks (Linux >= 2.6.12) and works across hosts.
+class RunFolderLock {
+ public:
+  /// Takes the lock on `dir` (an existing folder). Throws halfgrad::Error "halfgrad-unet3d train:
+  /// DIR is in use by process P (its lock DIR/.halfgrad.lock is held); wait for it to finish or
+  /// choose another --out" when another process holds it, or "cannot write into DIR (...)" when the
+  /// lock file cannot be created there (a read-only or foreign folder: found at start, not at the
+  /// first checkpoint).
+  explicit RunFolderLock(const std::string& dir);
+  ~RunFolderLock();
+  RunFolderLock(const RunFolderLock&) = delete;
+  RunFolderLock& operator=(const RunFolderLock&) = delete;
+
+  static constexpr const char* kFileName = ".halfgrad.lock";
+
+ private:
+  int fd_ = -1;
+};
 
 /// Writes `text` to `path` through "<path>.tmp", fsync, a rename (atomic on POSIX) and an fsync of the
 /// folder: a reader, even after a kill or a power cut, sees the old file or the new one, never half of

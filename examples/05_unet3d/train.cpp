@@ -31,11 +31,13 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/json_checked.h"
+#include "core/nonfinite.h"
 #include "core/nvtx.h"
 #include "dist/distributed_data_parallel.h"
 #include "dist/scaler_agreement.h"
 #include "examples/05_unet3d/curves.h"
 #include "examples/05_unet3d/data.h"
+#include "examples/05_unet3d/data_fingerprint.h"
 #include "examples/05_unet3d/distributed.h"
 #include "examples/05_unet3d/graph_step.h"
 #include "examples/05_unet3d/loader.h"
@@ -88,7 +90,14 @@ static std::vector<double> validate(nn::UNet3d& model, const std::vector<SegVolu
   for (const SegVolume& v : vols) {
     const Shape s = v.image.shape();
     Tensor x = mp.cast_input(where.input(v.image.view_as_shape({1, 1, s[0], s[1], s[2]})));
-    Tensor pred = ops::argmax(model(x), 1).copy_to(Device::CPU).view_as_shape(s);
+    const Tensor logits = model(x);
+    // A NaN logit argmaxes to a class without a word and scores a plausible Dice: refuse it.
+    HG_CHECK(!any_nonfinite(logits),
+             "halfgrad-unet3d: validation of " << v.name << ": the network's output holds NaN or inf ("
+                                               << amp::opt_level_name(mp.level)
+                                               << "); the weights or the BatchNorm statistics are not finite, or an FP16 "
+                                                  "forward overflowed (try --fp32-module or the FP32 model)");
+    Tensor pred = ops::argmax(logits, 1).copy_to(Device::CPU).view_as_shape(s);
     std::vector<double> d = dice_per_class(pred, v.label, num_classes);
     if (on_volume) on_volume(v, pred);
     for (size_t c = 0; c < d.size(); ++c) sum[c] += d[c];
@@ -98,17 +107,9 @@ static std::vector<double> validate(nn::UNet3d& model, const std::vector<SegVolu
   return sum;
 }
 
-// --opt-level, or its alias --amp (O1); both given must agree.
-// --amp-dtype bf16 is autocast's lower dtype, so it needs O1 (O2/O3 cast the weights to FP16 instead).
-static amp::OptLevel resolve_opt_level(const TrainArgs& a) {
-  const amp::OptLevel level = a.opt_level.empty() ? (a.amp ? amp::OptLevel::O1 : amp::OptLevel::O0)
-                                                  : amp::opt_level_from_name(a.opt_level);
-  HG_CHECK(!a.amp || level == amp::OptLevel::O1, "halfgrad-unet3d train: --amp means --opt-level O1, but --opt-level "
-                                                     << a.opt_level << " was given too; pass one of them");
-  HG_CHECK(a.amp_dtype != "bf16" || level == amp::OptLevel::O1,
-           "halfgrad-unet3d train: --amp-dtype bf16 chooses autocast's lower dtype, so it needs --amp (--opt-level "
-           "O1); at " << amp::opt_level_name(level) << " there is no autocast region to lower");
-  return level;
+amp::PrecisionPlan precision_plan(const TrainArgs& a) {
+  return amp::PrecisionPlan::from_words(a.opt_level, a.amp, a.amp_dtype, a.fp32_ops, a.fp32_modules,
+                                        "halfgrad-unet3d train");
 }
 
 // --workers: on CUDA two threads keep the GPU fed; on the CPU a worker competes with the compute threads
@@ -137,11 +138,62 @@ struct MuteStdout {
   bool muted;
 };
 
+// --data as an absolute path, so that a run resumed from another working directory reads the same
+// folder (and the saved options name it unambiguously).
+static TrainArgs with_absolute_data(TrainArgs a) {
+  if (!a.data.empty()) a.data = std::filesystem::absolute(a.data).lexically_normal().string();
+  return a;
+}
+
+// --grad-stats FILE follows the run folder's rule: an existing file is refused unless --overwrite,
+// and it may not be one of the run's own files.
+static void check_grad_stats_path(const TrainArgs& a) {
+  if (a.grad_stats.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(a.grad_stats, ec);
+  for (const std::string& name : run_file_names())
+    HG_CHECK(p != fs::weakly_canonical(fs::path(a.out) / name, ec),
+             "halfgrad-unet3d train: --grad-stats " << a.grad_stats << " is the run's own " << name
+                                                    << "; expected another file");
+  const fs::file_status st = fs::symlink_status(a.grad_stats, ec);
+  HG_CHECK(!fs::exists(st) || fs::is_regular_file(st) || fs::is_symlink(st),
+           "halfgrad-unet3d train: --grad-stats " << a.grad_stats << " exists and is not a file; expected a CSV file path");
+  HG_CHECK(!fs::exists(st) || a.overwrite,
+           "halfgrad-unet3d train: --grad-stats " << a.grad_stats << " exists already; pass --overwrite to replace it, "
+                                                  << "or choose another file");
+}
+
+// --resume: the data must be the data the run was trained on (data_fingerprint.h).
+static void check_resumed_data(const nlohmann::json& saved_meta, const DataFingerprint& now, const TrainArgs& a) {
+  const std::string where = "halfgrad-unet3d train --resume " + a.resume;
+  const json_checked::Field m(saved_meta, where + ": training_state.safetensors");
+  if (!m.has("data_fingerprint")) {
+    std::cout << "note: the run was saved without a data fingerprint (before 2026-12-04): the data is not "
+                 "compared with what it trained on" << std::endl;
+    return;
+  }
+  const DataFingerprint saved = DataFingerprint::from_json(m["data_fingerprint"]);
+  const std::vector<std::string> diffs = data_differences(saved, now);
+  if (diffs.empty()) return;
+  std::string list;
+  for (const std::string& d : diffs) list += "\n  " + d;
+  if (!data_changed(saved, now)) {  // the same files in a moved folder
+    std::cout << "note: the data has the same files as the run's:" << list << std::endl;
+    return;
+  }
+  HG_CHECK(a.allow_data_change, where << ": the data is not what the run trained on:" << list
+                                      << "\npass --allow-data-change to continue on the new data knowingly (the run "
+                                         "will then match no run on either), or restore the data");
+  std::cout << "warning: --allow-data-change: the data is not what the run trained on:" << list << std::endl;
+}
+
 int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
   const MuteStdout mute(!ctx.is_root());
   StepAgreement agreement(ctx);
   // --resume: the run's own options, from its training state (resume.h).
-  const TrainArgs a = cli_args.resume.empty() ? cli_args : resumed_args(cli_args, read_run_training_meta(cli_args.resume));
+  const nlohmann::json saved_meta = cli_args.resume.empty() ? nlohmann::json() : read_run_training_meta(cli_args.resume);
+  const TrainArgs a = with_absolute_data(cli_args.resume.empty() ? cli_args : resumed_args(cli_args, saved_meta));
   const bool resuming = !a.resume.empty();
   Recipe r = recipe_by_name(a.config);
   if (a.data.empty()) r.epochs = r.default_data_epochs;
@@ -150,14 +202,20 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
   if (a.lr > 0) r.lr = a.lr;
   if (a.val_every > 0) r.val_every = a.val_every;
   HG_CHECK(!a.out.empty(), "halfgrad-unet3d train: --out RUN_DIR is required");
-  // Refuse at once, before the data loads; rank 0 owns the folder, and tells the others.
-  if (!resuming && ctx.is_root()) agreement.guard([&] { check_run_folder(a.out, a.overwrite); });
+  // Refuse at once, before the data loads; rank 0 owns the folder, and tells the others. The lock is
+  // rank 0's for the life of the run (a folder made later, once the data has loaded, is locked then).
+  std::optional<RunFolderLock> lock;
+  if (ctx.is_root()) agreement.guard([&] {
+    if (!resuming) check_run_folder(a.out, a.overwrite);
+    if (std::filesystem::is_directory(a.out)) lock.emplace(a.out);
+    check_grad_stats_path(a);
+  });
   agreement.agree({}, "the run folder check");
   // This rank's samples of each global batch of r.batch (all of them with one GPU).
   const BatchSlice slice = rank_batch_slice(r.batch, ctx.world_size, ctx.rank);
   const bool progress = a.progress && ctx.is_root();
-  const amp::OptLevel level = resolve_opt_level(a);
-  apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, nullptr);  // bad names fail before the data loads
+  const amp::PrecisionPlan plan = precision_plan(a);  // a bad combination fails before the data loads
+  const amp::OptLevel level = plan.level;
   const Placement where = make_placement(a.device, a.memory_format, "train");
 
   manual_seed(a.seed);  // the model's initial weights; batches come from batch_seed(seed, step)
@@ -169,6 +227,13 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
             << " s)" << std::endl;
 
   r.volume_shape = data.volume_shape;
+  // What the data is, by content: saved with every checkpoint, compared on --resume (rank 0's job,
+  // before the run folder is touched).
+  std::optional<DataFingerprint> fingerprint;
+  if (ctx.is_root()) agreement.guard([&] {
+    fingerprint = fingerprint_data(data.root, data.files);
+    if (resuming) check_resumed_data(saved_meta, *fingerprint, a);
+  });
 
   // Memory, from the shapes, before the optimizer state, the batches and the activations exist. The
   // peak the run reports at the end counts from here (the data already loaded is not part of it).
@@ -200,26 +265,22 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
     HG_CHECK(!ec && std::filesystem::is_directory(a.out),
              "halfgrad-unet3d train: --out " << a.out << ": cannot create the run folder (" << ec.message()
                                              << "); expected a writable directory path");
+    if (!lock) lock.emplace(a.out);
   }
 
   optim::AdamWOptions adamw = optim::AdamWOptions().lr(r.lr).weight_decay(r.weight_decay);
   amp::GradScalerOptions scaler_options;
-  amp::OptLevelSetup mp = amp::apply_opt_level(level, *model, adamw, scaler_options);
-  if (a.amp_dtype == "bf16") {  // resolve_opt_level checked the level is O1
-    mp.autocast_dtype = kBFloat16;
-    scaler_options.enabled(false);
+  const amp::OptLevelSetup mp = plan.apply(*model, adamw, scaler_options);
+  if (plan.lower == kBFloat16)
     std::cout << "amp: autocast lowers to bfloat16; GradScaler disabled (BF16 has FP32's exponent range, so its "
                  "gradients need no loss scaling)" << std::endl;
-  }
-  apply_fp32_lists(level, a.fp32_ops, a.fp32_modules, model.get());
   model->to(where.device);  // before the optimizer: its state is made on the parameters' device
   if (where.device == Device::CUDA)
     std::cout << "device: " << cuda::device_description() << ", activations "
               << (where.format == MemoryFormat::ChannelsLast3d ? "NDHWC (channels-last)" : "NCDHW") << std::endl;
   std::cout << "model: UNet3d " << r.model.describe() << ", " << model->num_parameters() << " parameters; recipe '"
             << r.name << "', "
-            << (mp.autocast_dtype == kBFloat16 ? std::string("O1 (autocast: BF16 convs with FP32 accumulation, FP32 weights; no GradScaler)")
-                                               : amp::describe_opt_level(level))
+            << plan.describe()
             << ", batch " << r.batch
             << (ctx.distributed() ? " (" + std::to_string(slice.size()) + " on each of " + std::to_string(ctx.world_size) +
                                         " GPUs, DistributedDataParallel over NCCL)"
@@ -291,13 +352,17 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
              "halfgrad-unet3d train --resume " << a.out << ": the training state is at step " << global_step
                  << " after epoch " << saved_epoch << ", but this data gives " << steps_per_epoch
                  << " steps per epoch; was --data changed?");
-    metrics.restore_rows(m["metrics_rows"].as_string_list());
+    if (m.has("metrics_rows")) {  // saved before 2026-12-04: the rows with their times, and the total time
+      metrics.restore_rows(m["metrics_rows"].as_string_list());
+      elapsed_before = m["elapsed_seconds"].as_number();
+    } else {  // the rows without times; the times from metrics.csv where its rows agree
+      elapsed_before = metrics.restore_untimed_rows(m["metrics"]["rows"].as_string_list(), read_metrics_csv(csv_path));
+    }
     best = m["best_dice"].as_number();
     best_epoch = m["best_epoch"].as_int();
     last = m["last_dice"].as_number();
     last_epoch = m["last_epoch"].as_int();
     nonfinite_streak = m["nonfinite_streak"].as_int();
-    elapsed_before = m["elapsed_seconds"].as_number();
     std::cout << "resume: " << a.out << " after epoch " << saved_epoch << " of " << r.epochs << " (step "
               << global_step << ", loss scale " << scaler.get_scale() << ")" << std::endl;
   }
@@ -543,19 +608,18 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
     if ((epoch % a.save_every == 0 || epoch == r.epochs || stopping) && ctx.is_root()) agreement.guard([&] {
       // model.safetensors' metadata: what eval needs, and nothing that differs between two equal runs
       // (no times), so that same options and seed give the same bytes.
-      const nlohmann::json model_meta = {{"recipe", r.name},        {"model", r.model.to_json()}, {"epoch", epoch},
-                                         {"amp", level != amp::OptLevel::O0}, {"opt_level", amp::opt_level_name(level)},
-                                         {"amp_dtype", mp.autocast_dtype == kBFloat16 ? "bf16" : "fp16"},
-                                         {"fp32_ops", a.fp32_ops},  {"fp32_modules", a.fp32_modules},
-                                         {"volume_shape", r.volume_shape},
-                                         {"class_names", data.class_names}, {"val_mean_dice", mean}};
-      // training_state's: what --resume needs (resume.h).
+      nlohmann::json model_meta = {{"recipe", r.name},          {"model", r.model.to_json()}, {"epoch", epoch},
+                                   {"volume_shape", r.volume_shape}, {"class_names", data.class_names},
+                                   {"val_mean_dice", mean}};
+      model_meta.update(plan.to_json());  // amp, opt_level, amp_dtype, fp32_ops, fp32_modules
+      // training_state's: what --resume needs (resume.h), and no times, so that two runs with the same
+      // options and seed write the same bytes (the times are in metrics.csv, which --resume reads).
       const nlohmann::json train_meta = {{"args", train_args_to_json(a)},   {"epochs", r.epochs},
                                          {"epoch", epoch},                   {"step", global_step},
-                                         {"metrics_rows", metrics.rows()},   {"best_dice", best},
+                                         {"metrics", metrics.to_json()},     {"best_dice", best},
                                          {"best_epoch", best_epoch},         {"last_dice", last},
                                          {"last_epoch", last_epoch},         {"nonfinite_streak", nonfinite_streak},
-                                         {"elapsed_seconds", elapsed}};
+                                         {"data_fingerprint", fingerprint->to_json()}};
       const RunCheckpointWrite w = save_run_checkpoint(a.out, *model, opt, scaler, model_meta, train_meta);
       write_file_atomic(csv_path, metrics.csv());
       saved_epoch = epoch;
@@ -604,13 +668,21 @@ int run_train(const TrainArgs& cli_args, const RankContext& ctx) {
   return 0;
 }
 
+// eval --overlay's picture of volume `name`: DIR/<file name less .nii[.gz]>.png.
+static std::filesystem::path overlay_path(const std::string& dir, const std::string& name) {
+  std::string base = std::filesystem::path(name).filename().string();
+  base = base.substr(0, base.rfind(".nii"));
+  return std::filesystem::path(dir) / (base + ".png");
+}
+
 int run_eval(const EvalArgs& a) {
   const Placement where = make_placement(a.device, "ndhwc", "eval");
   TrainedModel tm = load_trained_model(a.checkpoint, where, "eval");
   if (!tm.inferred.empty()) std::cerr << "eval: " << a.checkpoint << ": " << tm.inferred << std::endl;
+  if (!tm.unverified.empty()) std::cerr << "eval: note: " << tm.unverified << std::endl;
   const Recipe& r = tm.recipe;
   nn::UNet3d* model = tm.model.get();
-  const amp::OptLevel level = tm.level;
+  const amp::OptLevel level = tm.plan.level;
   const amp::OptLevelSetup& mp = tm.mp;
   SegData data = a.data.empty() ? load_default_data(r) : load_msd_data(a.data, r, true);
   HG_CHECK(data.num_classes == r.model.num_classes(),
@@ -624,14 +696,19 @@ int run_eval(const EvalArgs& a) {
                      "; check the image headers");
   if (!a.overlay.empty()) {
     std::error_code ec;
+    // Refused before anything runs, as predict does: an existing picture is somebody's.
+    for (const SegVolume& v : data.val) {
+      const std::filesystem::path png = overlay_path(a.overlay, v.name);
+      HG_CHECK(a.overwrite || !std::filesystem::exists(std::filesystem::symlink_status(png, ec)),
+               "halfgrad-unet3d eval: --overlay: " << png.string()
+                                                   << " exists already; pass --overwrite to replace it, or choose another folder");
+    }
     std::filesystem::create_directories(a.overlay, ec);
     HG_CHECK(std::filesystem::is_directory(a.overlay, ec),
              "halfgrad-unet3d eval: --overlay " << a.overlay << ": cannot create the folder (" << ec.message() << ")");
   }
   const auto overlay = [&](const SegVolume& v, const Tensor& pred) {
-    std::string name = std::filesystem::path(v.name).filename().string();
-    name = name.substr(0, name.rfind(".nii"));
-    write_png((std::filesystem::path(a.overlay) / (name + ".png")).string(), compose_overlay(v.image, v.label, pred));
+    write_png(overlay_path(a.overlay, v.name).string(), compose_overlay(v.image, v.label, pred));
   };
   std::vector<double> dice = validate(*model, data.val, data.num_classes, mp, where,
                                       a.overlay.empty() ? std::function<void(const SegVolume&, const Tensor&)>{} : overlay);

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "amp/precision_plan.h"
+
 namespace unet3d_app {
 
 struct RankContext;  // distributed.h
@@ -42,6 +44,8 @@ struct TrainArgs {
   // Stopping and continuing (resume.h):
   int64_t stop_after_epoch = 0;   // --stop-after-epoch K: save and stop after epoch K (0 = run to the end)
   std::string resume;             // --resume RUN_DIR: continue that run (its options, from training_state)
+  bool allow_data_change = false; // --allow-data-change: resume although the data differs from the run's
+                                  // (data_fingerprint.h); not saved with the run
   std::vector<std::string> given; // the options given on the command line ("--epochs"), set by CommandLine::parse
 };
 
@@ -51,7 +55,12 @@ struct EvalArgs {
   std::string device = "cpu";
   bool memory_check = true;
   std::string overlay;  // --overlay DIR: a PNG per volume (overlay.h): image | label | prediction
+  bool overwrite = false;  // --overwrite: replace --overlay PNGs that exist (refused otherwise)
 };
+
+/// The precision the words of `a` ask for (--opt-level, --amp, --amp-dtype, --fp32-op, --fp32-module):
+/// amp::PrecisionPlan::from_words, which throws halfgrad::Error naming the words that disagree.
+halfgrad::amp::PrecisionPlan precision_plan(const TrainArgs& a);
 
 /// Trains; `ctx` is this process's rank (RankContext{}: the single-process program). Returns 0.
 int run_train(const TrainArgs& a, const RankContext& ctx);

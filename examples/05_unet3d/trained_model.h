@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/opt_level.h"
+#include "amp/precision_plan.h"
 #include "core/tensor.h"
 #include "examples/05_unet3d/recipe.h"
 #include "nn/unet3d.h"
@@ -27,24 +27,20 @@ struct Placement {
 /// another device name, or for cuda on a machine without a usable GPU.
 Placement make_placement(const std::string& device, const std::string& format, const char* cmd);
 
-/// The FP32 allow-lists of --fp32-op (op kinds, set in this thread's autocast table) and --fp32-module
-/// (module-name prefixes). They act under autocast only, so a level other than O1 refuses them (a
-/// halfgrad::Error) rather than silently ignoring them. With `model` null only the level and the op
-/// names are checked (train calls it so before the data loads); with a model the prefixes are marked.
-void apply_fp32_lists(halfgrad::amp::OptLevel level, const std::vector<std::string>& ops_fp32,
-                      const std::vector<std::string>& modules_fp32, halfgrad::nn::Module* model);
-
 /// A trained U-Net, ready for inference.
 struct TrainedModel {
   Recipe recipe;                          // the recipe it was trained with: model options, volume_shape
-  halfgrad::amp::OptLevel level = halfgrad::amp::OptLevel::O0;
-  halfgrad::amp::OptLevelSetup mp;        // the autocast setting and input cast of `level`
+  halfgrad::amp::PrecisionPlan plan;      // the precision it was trained with (amp/precision_plan.h)
+  halfgrad::amp::OptLevelSetup mp;        // the autocast setting and input cast of `plan`
   std::shared_ptr<halfgrad::nn::UNet3d> model;  // on the placement's device, in eval() mode
   std::vector<std::string> class_names;   // class_names[0] is background; empty when the file has none
 
   /// How the model was found: "" for halfgrad's own file; for a foreign one a line saying what was
   /// inferred ("no halfgrad metadata (a PyTorch state_dict?): inferred channels {...}, ...").
   std::string inferred;
+  /// "" when the file's checksums were verified; else a line saying its bytes were not (a file
+  /// written by PyTorch, or by halfgrad before checksums: core/safetensors.h).
+  std::string unverified;
 };
 
 /// Loads model.safetensors at `path` (a run folder means RUN_DIR/model.safetensors), rebuilds its
@@ -52,13 +48,14 @@ struct TrainedModel {
 ///   - written by `halfgrad-unet3d train` (metadata "halfgrad" present): with the options, precision
 ///     and FP32 lists it was trained with;
 ///   - written by PyTorch (safetensors.torch.save_file(UNet3D().state_dict()), no halfgrad metadata):
-///     the options are inferred from the tensors - levels and widths from enc.<i>.0.weight,
-///     in_channels from enc.0.0.weight's dim 1, bottleneck from bott.0.weight, num_classes from
-///     head.weight, the norm from enc.0.1.running_mean (batch) or enc.0.0.bias (none) or neither
-///     (instance); recipe 'reference', volume_shape 48x64x48 (the reference's), level O0 (FP32
-///     weights; other dtypes are refused). `inferred` says what was assumed.
-/// Loading is strict (nn::load_checkpoint). Throws halfgrad::Error naming `cmd` and the file when it
-/// cannot be read or lacks what is needed (json_checked names the field, the loader the tensor).
+///     the options are inferred from the tensors (nn::UNet3dOptions::infer_from_shapes); recipe
+///     'reference', volume_shape 48x64x48 (the reference's), level O0 (FP32 weights; other dtypes
+///     are refused). `inferred` says what was assumed.
+/// Before the model is built, the metadata's architecture is compared with the tensors' shapes in
+/// the header (UNet3dOptions::check_matches_shapes): a file claiming another model than it holds is
+/// refused without allocating it. Loading is strict (nn::load_checkpoint: names, shapes, dtypes;
+/// checksums; every tensor finite). Throws halfgrad::Error naming `cmd` and the file when it cannot
+/// be read or lacks what is needed (json_checked names the field, the loader the tensor).
 TrainedModel load_trained_model(const std::string& path, const Placement& where, const char* cmd);
 
 }  // namespace unet3d_app

@@ -67,12 +67,12 @@ TEST_CASE("unet3d cli: floats are finite, --lr > 0, --max-minutes >= 0") {
   cli.parse(train_with({"--lr", "3e-4", "--max-minutes", "0"}));
   CHECK(cli.train_args.lr == doctest::Approx(3e-4).epsilon(1e-15));
   CHECK(cli.train_args.max_minutes == 0);
-  check_parse_error(train_with({"--lr", "nan"}), {"--lr", "'nan' is out of range", "expected a finite number > 0"});
-  check_parse_error(train_with({"--lr", "inf"}), {"--lr", "'inf' is out of range"});
+  check_parse_error(train_with({"--lr", "nan"}), {"--lr", "'nan' is not finite", "expected a finite number > 0"});
+  check_parse_error(train_with({"--lr", "inf"}), {"--lr", "'inf' is not finite"});
   check_parse_error(train_with({"--lr", "0"}), {"--lr", "'0' is out of range", "> 0"});
   check_parse_error(train_with({"--lr", "-1e-3"}), {"--lr", "> 0"});
   check_parse_error(train_with({"--lr", "1e-3x"}), {"--lr", "'1e-3x' is not a number"});
-  check_parse_error(train_with({"--lr", "1e999"}), {"--lr", "'1e999' is out of range"});
+  check_parse_error(train_with({"--lr", "1e999"}), {"--lr", "'1e999' overflows double precision"});
   check_parse_error(train_with({"--max-minutes", "-0.5"}), {"--max-minutes", ">= 0"});
 }
 
@@ -158,7 +158,7 @@ TEST_CASE("unet3d cli: predict's options reach PredictArgs; --checkpoint, --inpu
   CHECK_FALSE(p.memory_check);
   check_parse_error({"predict", "--checkpoint", "c", "--input", "i"}, {"--output"});
   check_parse_error({"predict", "--checkpoint", "c", "--input", "i", "--output", "o", "--overlap", "nan"},
-                    {"--overlap", "expected a finite number >= 0"});
+                    {"--overlap", "expected a finite number in [0, 0.9]"});
   check_parse_error({"predict", "--checkpoint", "c", "--input", "i", "--output", "o", "--device", "tpu"}, {"--device"});
   CommandLine e;
   e.parse({"eval", "--checkpoint", "c", "--overlay", "pngs"});

@@ -34,7 +34,7 @@ expect 2 "--epochs: '0x10' is not a decimal integer" -- train --out "$tmp/a" --e
 expect 2 "--epochs: '99999999999999999999' is out of range; expected a decimal integer in [1, 1000000]" \
   -- train --out "$tmp/a" --epochs 99999999999999999999
 expect 2 "--seed" -- train --out "$tmp/a" --seed -1
-expect 2 "--lr: 'nan' is out of range; expected a finite number > 0" -- train --out "$tmp/a" --lr nan
+expect 2 "--lr: 'nan' is not finite; expected a finite number > 0" -- train --out "$tmp/a" --lr nan
 expect 2 "--memory-format ndhwc asks for channels-last activations, but with --device cpu" \
   -- train --out "$tmp/a" --memory-format ndhwc
 expect 0 "--overwrite" "--no-memory-check" "INT:decimal in [1, 1000000]" -- train --help
@@ -63,6 +63,56 @@ if [[ -f $shared/data/hippocampus/dataset.json ]]; then
   if [[ -e $tmp/big ]]; then echo "FAIL: a refused run created its folder"; failures=$((failures + 1)); fi
 else
   echo "skipped: the --batch 100000 memory check (no $shared/data/hippocampus)"
+fi
+
+# Issue 30, row 11: the precision words are a bad command line (exit 2), as bad numbers are.
+expect 2 "--opt-level: unknown opt level 'O9'" -- train --out "$tmp/p" --opt-level O9
+expect 2 "--amp means --opt-level O1, but --opt-level O2 was given too" -- train --out "$tmp/p" --amp --opt-level O2
+expect 2 "--amp-dtype bf16 chooses autocast's lower dtype, so it needs --amp" -- train --out "$tmp/p" --amp-dtype bf16
+expect 2 "--fp32-op bogus" -- train --out "$tmp/p" --amp --fp32-op bogus
+expect 2 "--overlap: '1' is out of range; expected a finite number in [0, 0.9]" \
+  -- predict --checkpoint c --input i --output o --overlap 1
+expect 2 "--allow-data-change is for --resume" -- train --out "$tmp/p" --allow-data-change
+if [[ -e $tmp/p ]]; then echo "FAIL: a refused command line created its folder"; failures=$((failures + 1)); fi
+
+# Row 9: a FIFO where a checkpoint, a training state or a volume should be is refused at once,
+# never waited on (each command runs under a 20 s timeout: a hang fails the case with status 124).
+expect_soon() { timeout 20 "$bin" "$@"; }
+mkfifo "$tmp/fifo.safetensors" "$tmp/x.nii.gz"
+mkdir -p "$tmp/fiforun" && mkfifo "$tmp/fiforun/training_state.safetensors"
+fifo_case() {  # fifo_case TEXT -- ARGS...
+  local text=$1 out status
+  shift 2
+  out=$(timeout 20 "$bin" "$@" 2>&1)
+  status=$?
+  if [[ $status == 1 && $out == *"$text"* ]]; then echo "ok: halfgrad-unet3d $* -> 1 (no hang)"
+  else echo "FAIL: halfgrad-unet3d $* -> status $status (124: it hung), output: $out"; failures=$((failures + 1)); fi
+}
+fifo_case "fifo.safetensors: is a FIFO, not a regular file" -- eval --checkpoint "$tmp/fifo.safetensors"
+fifo_case "training_state.safetensors: is a FIFO, not a regular file" -- train --resume "$tmp/fiforun"
+
+# Row 5: two processes training into one folder: the second is refused at start, naming the first.
+if [[ -f /usr/share/mricron/templates/ch2.nii.gz ]]; then
+  "$bin" train --config tiny --epochs 1000 --out "$tmp/busy" --no-progress > "$tmp/busy.log" 2>&1 &
+  first=$!
+  for _ in $(seq 1 200); do [[ $(cat "$tmp/busy/.halfgrad.lock" 2>/dev/null) == "$first" ]] && break; sleep 0.1; done
+  expect 1 "$tmp/busy is in use by process $first" -- train --config tiny --out "$tmp/busy" --overwrite --no-progress
+  kill "$first" 2>/dev/null; wait "$first" 2>/dev/null
+  # A FIFO named like a volume, given to predict with a real checkpoint.
+  "$bin" train --config tiny --epochs 1 --out "$tmp/tiny" --no-progress > "$tmp/tiny.log" 2>&1 || cat "$tmp/tiny.log"
+  fifo_case "x.nii.gz: is a FIFO, not a regular file" -- predict --checkpoint "$tmp/tiny" --input "$tmp/x.nii.gz" --output "$tmp/o.nii.gz"
+else
+  echo "skipped: two trains into one run folder, a FIFO volume given to predict (mricron-data not installed)"
+fi
+
+# Row 11: a run folder that cannot be written is found at start, not at the first checkpoint.
+if [[ $(id -u) != 0 ]]; then
+  mkdir -p "$tmp/ro" && chmod 555 "$tmp/ro"
+  expect 1 "cannot write into the run folder $tmp/ro" -- train --config tiny --out "$tmp/ro" --data /nonexistent
+  expect 1 "cannot create the run folder in $tmp/ro" -- train --config tiny --out "$tmp/ro/run" --data /nonexistent
+  chmod 755 "$tmp/ro"
+else
+  echo "skipped: a read-only --out (root writes anywhere)"
 fi
 
 # tools/train_default.sh: the user's --out / --config win; its own folder gets --overwrite.

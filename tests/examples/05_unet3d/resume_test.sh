@@ -3,7 +3,8 @@
 # GradScaler's state is part of what resumes) on the embedded default data:
 #   straight  train --epochs 2
 #   split     train --epochs 2 --stop-after-epoch 1, then train --resume (continues to epoch 2)
-# must give the same model.safetensors bytes and the same metrics.csv less its two time columns;
+# must give the same model.safetensors and training_state.safetensors bytes (no times in either) and
+# the same metrics.csv less its two time columns;
 # then --resume of the finished run is refused, and --resume --epochs 3 trains one more epoch.
 #   resume_test.sh BINARY
 set -uo pipefail
@@ -27,6 +28,9 @@ grep -E "^(resume|epoch|checkpoint)" "$tmp/split2.log"
 no_times() { rev "$1" | cut -d, -f3- | rev; }
 if cmp -s "$tmp/straight/model.safetensors" "$tmp/split/model.safetensors"; then echo "ok: model.safetensors of 1 + resume = 2 straight"
 else fail "model.safetensors differs: $(cmp "$tmp/straight/model.safetensors" "$tmp/split/model.safetensors")"; fi
+if cmp -s "$tmp/straight/training_state.safetensors" "$tmp/split/training_state.safetensors"; then echo "ok: training_state.safetensors of 1 + resume = 2 straight"
+else fail "training_state.safetensors differs: $(cmp "$tmp/straight/training_state.safetensors" "$tmp/split/training_state.safetensors")"; fi
+if [[ $(sed -n 2p "$tmp/split/metrics.csv" | rev | cut -d, -f1) == "" ]]; then fail "the resumed metrics.csv lost epoch 1's time"; fi
 if [[ "$(no_times "$tmp/straight/metrics.csv")" == "$(no_times "$tmp/split/metrics.csv")" ]]; then echo "ok: metrics.csv rows equal (less times)"
 else fail "metrics.csv differs:"; diff "$tmp/straight/metrics.csv" "$tmp/split/metrics.csv"; fi
 [[ $(wc -l < "$tmp/split/metrics.csv") == 3 ]] || fail "metrics.csv of the resumed run does not hold a header and 2 rows"

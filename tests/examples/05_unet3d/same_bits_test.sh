@@ -3,7 +3,8 @@
 # epoch of the CPU recipe with AMP on the hippocampus data, run four ways that must not change a bit:
 #   a  plain, 2 threads          b  CPU cache off (HALFGRAD_CPU_CACHE_MB=0) + --precision-report
 #   c  1 thread                  d  poison 0xFF (HALFGRAD_CPU_POISON) + --detect-anomaly + --grad-stats
-# model.safetensors must be byte-identical and metrics.csv identical less its two time columns.
+# model.safetensors must be byte-identical and metrics.csv identical less its two time columns;
+# training_state.safetensors too between a and c (b and d store their instruments' options in it).
 # Skipped, by name, where ../shared/data/hippocampus is absent.
 #   same_bits_test.sh BINARY SHARED_DIR
 set -uo pipefail
@@ -42,5 +43,7 @@ for r in b c d; do
   if [[ "$(no_times "$tmp/a/metrics.csv")" == "$(no_times "$tmp/$r/metrics.csv")" ]]; then echo "ok: metrics.csv of $r = a (less times)"
   else echo "FAIL: metrics.csv of $r differs from a:"; diff "$tmp/a/metrics.csv" "$tmp/$r/metrics.csv"; failures=$((failures + 1)); fi
 done
+if cmp -s "$tmp/a/training_state.safetensors" "$tmp/c/training_state.safetensors"; then echo "ok: training_state.safetensors of c = a"
+else echo "FAIL: training_state.safetensors of c differs from a: $(cmp "$tmp/a/training_state.safetensors" "$tmp/c/training_state.safetensors")"; failures=$((failures + 1)); fi
 echo "same_bits_test: $failures failure(s)"
 [[ $failures == 0 ]]
