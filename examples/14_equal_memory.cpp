@@ -1,32 +1,41 @@
 // 14_equal_memory - the claim mixed precision is sold on, measured: give FP32 and AMP the same GPU
 // memory budget, let each take the largest batch that fits, and compare what they do with it.
 //
-//   build/examples/14_equal_memory [--data DIR] [--budget-mib 2048] [--epochs 20] [--seed 0] [--out DIR]
+//   build/examples/14_equal_memory [--data DIR] [--budget-mib 2048] [--epochs 20] [--seed 0]
+//                                  [--out DIR] [--overwrite]
 //
 // The budget is enforced by the CUDA caching allocator itself (cuda::set_memory_limit,
-// core/cuda/runtime.h): a request that would take the memory it has reserved from the driver past
-// the budget is refused with an out-of-memory halfgrad::Error, exactly as if the GPU were that small.
-// For each of FP32 (O0) and AMP (O1: FP16 autocast + GradScaler), under that budget:
-//   1. the largest batch a full training step of the reference U-Net fits in (forward, cross-entropy +
-//      soft Dice, backward, AdamW with its state, GradScaler update), on the reference recipe's
-//      48x64x48 volumes in channels-last layout: batches 1, 2, 4, ... until one fails, then bisection;
-//   2. the step time at that batch (median of 10 steps after 3 warm-up steps), as images per second;
-//   3. halfgrad-unet3d's training (`train --config reference --device cuda`) with that batch for
-//      --epochs epochs on --data (the hippocampus set of ../shared/data/hippocampus by default; the
-//      embedded mricron volume when it is absent): mean epoch time and the validation Dice of the
-//      last epoch, read from the run's metrics.csv.
+// core/cuda/runtime.h) over everything halfgrad holds on the device: the eager cache, the private
+// pool of the training step's CUDA graph and the loader's device buffers. A request that would take
+// that past the budget is refused with an out-of-memory halfgrad::Error, exactly as if the GPU were
+// that small. For each of FP32 (O0), AMP with FP16 (O1: autocast + GradScaler) and AMP with BF16 (O1,
+// no GradScaler), under that budget, in one process, one after the other:
+//   1. the largest batch that halfgrad-unet3d's training runs at (`train --config reference --device
+//      cuda`: loader, CUDA-graph step, AdamW, validation with sliding windows, checkpoint) for one
+//      epoch: batches 1, 2, 4, ... until one runs out of memory, then bisection. The trainer itself is
+//      the probe, so the batch found is one the training below can use;
+//   2. the step time at that batch (median of 10 eager steps of the reference U-Net after 3 warm-up
+//      steps, on random 48x64x48 volumes in channels-last layout), as images per second;
+//   3. the training with that batch for --epochs epochs on --data (the hippocampus set of
+//      ../shared/data/hippocampus by default; the embedded mricron volume when it is absent): mean
+//      epoch time and the validation Dice of the last epoch, from the run's metrics.csv; and the peak
+//      of everything reserved under the budget.
+// After each run the budget must be empty again (the graph's pool and the buffers released with the
+// run), or the program stops with an error naming what is still held.
 // Printed side by side with the AMP / FP32 ratios. The recipe's learning rate is kept for both, so a
 // larger batch also means fewer optimizer steps per epoch: the Dice column says what that costs after
 // a fixed number of epochs (the honest other half of "bigger batch, shorter epoch").
 //
 // Needs a CUDA GPU: without one it prints why and exits 77 (CTest's "skipped"). Exit status 1 when a
 // measurement contradicts the story it tells (AMP fits a smaller batch than FP32, or its step is
-// slower per image); 2 on an error (named); a bad option exits with CLI11's code.
+// slower per image); 2 on an error (named), --out existing without --overwrite included; a bad
+// option exits with CLI11's code.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,18 +59,40 @@ namespace {
 
 struct Mode {
   const char* name;
+  const char* folder;  // under --out
   bool amp;
+  const char* amp_dtype;
 };
 
+// std::cout into nothing while the trainer probes a batch (its log would be pages of trials).
+struct QuietCout {
+  std::ostringstream sink;
+  std::streambuf* old = std::cout.rdbuf(sink.rdbuf());
+  ~QuietCout() { std::cout.rdbuf(old); }
+};
+
+/// The budget must be empty between runs: a graph pool or a buffer that outlived its run would
+/// shrink the next one's budget (the failure this example once had).
+void check_budget_empty(const char* after) {
+  cuda::synchronize("14_equal_memory");
+  cuda::empty_cache();
+  const cuda::AllocatorStats s = cuda::allocator_stats();
+  HG_CHECK(s.budget_reserved_bytes == 0, "14_equal_memory: after " << after << ", " << s.budget_reserved_bytes
+                                              << " bytes are still reserved under the budget (" << s.allocated_bytes
+                                              << " allocated in the eager cache, " << s.budget_external_bytes
+                                              << " in device buffers); expected 0: a CUDA graph's pool or a buffer "
+                                                 "outlived its run");
+}
 
 /// Runs `steps` training steps of the reference U-Net at batch B; returns the median step time in
 /// ms (0 when steps is 0 beyond the warm-up). Throws what the step throws (out of memory included).
-double time_steps(const unet3d_app::Recipe& r, bool amp, int64_t B, int64_t warm, int64_t steps, uint64_t seed) {
+double time_steps(const unet3d_app::Recipe& r, bool amp, Dtype lower, int64_t B, int64_t warm, int64_t steps,
+                  uint64_t seed) {
   manual_seed(seed);
   auto model = std::make_shared<nn::UNet3d>(r.model);
   model->to(Device::CUDA);
   optim::AdamW opt(model->parameters(), optim::AdamWOptions().lr(r.lr).weight_decay(r.weight_decay));
-  amp::GradScaler scaler(amp::GradScalerOptions().enabled(amp));
+  amp::GradScaler scaler(amp::GradScalerOptions().enabled(amp && lower == kFloat16));  // BF16 needs none
   Generator gen(seed);
   const auto [D, H, W] = r.volume_shape;
   Tensor x = Tensor::randn({B, 1, D, H, W}, gen).copy_to(Device::CUDA).format_copy(MemoryFormat::ChannelsLast3d);
@@ -72,7 +103,7 @@ double time_steps(const unet3d_app::Recipe& r, bool amp, int64_t B, int64_t warm
     opt.zero_grad();
     Tensor loss;
     {
-      amp::AutocastGuard ac(amp);
+      amp::AutocastGuard ac(amp::AutocastOptions().enabled(amp).dtype(lower));
       loss = ops::segmentation_loss(model->forward(x), y);
     }
     scaler.scale(loss).backward();
@@ -92,33 +123,63 @@ double time_steps(const unet3d_app::Recipe& r, bool amp, int64_t B, int64_t warm
   return ms.empty() ? 0 : ms[ms.size() / 2];
 }
 
-/// Whether two steps at batch B fit the budget (the second step is the first with AdamW's state).
-bool fits(const unet3d_app::Recipe& r, bool amp, int64_t B, uint64_t seed) {
+/// The trainer's options for `mode` at batch B, `epochs` epochs, validating after the last.
+unet3d_app::TrainArgs train_args(const Mode& mode, const std::string& data, const std::string& out, int64_t B,
+                                 int64_t epochs, uint64_t seed) {
+  unet3d_app::TrainArgs a;
+  a.data = data;
+  a.out = out;
+  a.overwrite = true;  // the folder is this program's own (--out was checked at start)
+  a.config = "reference";
+  a.device = "cuda";
+  a.epochs = epochs;
+  a.batch = B;
+  a.amp = mode.amp;
+  a.amp_dtype = mode.amp_dtype;
+  a.seed = seed;
+  a.val_every = epochs;  // validate once, after the last epoch
+  a.progress = false;
+  a.memory_check = false;  // the budget itself is the check
+  a.given = {"--data", "--out", "--overwrite", "--config", "--device", "--epochs", "--batch", "--seed", "--val-every"};
+  if (a.amp) a.given.insert(a.given.end(), {"--amp", "--amp-dtype"});
+  return a;
+}
+
+/// Whether the trainer runs one epoch (with validation and a checkpoint) at batch B within the budget.
+bool fits(const Mode& mode, const std::string& data, const std::string& out, int64_t B, uint64_t seed) {
+  const size_t ooms = cuda::allocator_stats().budget_ooms;
   bool ok = true;
-  const size_t ooms = cuda::allocator_stats().ooms;
   try {
-    time_steps(r, amp, B, /*warm=*/2, /*steps=*/0, seed);
+    const QuietCout quiet;
+    const int rc = unet3d_app::run_train(train_args(mode, data, out, B, 1, seed), unet3d_app::RankContext{});
+    HG_CHECK(rc == 0, "14_equal_memory: the trainer returned " << rc << " at batch " << B);
   } catch (const Error&) {
-    if (cuda::allocator_stats().ooms == ooms) throw;  // not the allocator refusing a request: a real error
+    if (cuda::allocator_stats().budget_ooms == ooms) throw;  // not the budget refusing a request: a real error
     ok = false;
   }
-  cuda::synchronize("14_equal_memory");
-  cuda::empty_cache();  // the next trial starts from nothing reserved, as a fresh process would
+  check_budget_empty("a trial");  // the next trial starts from nothing reserved, as a fresh process would
   return ok;
 }
 
 /// The largest batch in [1, cap] that fits: doubling, then bisection. 0 when batch 1 does not fit.
-int64_t largest_batch(const unet3d_app::Recipe& r, bool amp, uint64_t seed, int64_t cap = 512) {
-  if (!fits(r, amp, 1, seed)) return 0;
-  int64_t lo = 1, hi = 2;  // lo fits; hi is the next candidate
-  while (hi <= cap && fits(r, amp, hi, seed)) {
-    lo = hi;
-    hi *= 2;
+int64_t largest_batch(const Mode& mode, const std::string& data, const std::string& out, uint64_t seed,
+                      int64_t cap) {
+  const auto ok = [&](int64_t B) {
+    const bool f = fits(mode, data, out, B, seed);
+    std::printf("  %s: batch %lld %s\n", mode.name, static_cast<long long>(B), f ? "fits" : "runs out of memory");
+    std::fflush(stdout);
+    return f;
+  };
+  if (!ok(1)) return 0;
+  int64_t lo = 1, hi = 0;  // lo fits; hi, once found, does not
+  while (hi == 0) {
+    if (lo == cap) return lo;
+    const int64_t next = std::min(2 * lo, cap);
+    (ok(next) ? lo : hi) = next;
   }
-  if (hi > cap) return lo;
-  while (hi - lo > 1) {  // lo fits, hi does not
+  while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
-    (fits(r, amp, mid, seed) ? lo : hi) = mid;
+    (ok(mid) ? lo : hi) = mid;
   }
   return lo;
 }
@@ -168,7 +229,7 @@ EpochSummary read_metrics(const std::string& path) {
 }
 
 struct Row {
-  int64_t batch = 0;
+  int64_t batch = 0;  // the largest the trainer runs at
   double peak_mib = 0, step_ms = 0, images_per_s = 0;
   EpochSummary train;
 };
@@ -179,13 +240,16 @@ int main(int argc, char** argv) {
   CLI::App app{"14_equal_memory: FP32 and AMP under the same GPU memory budget"};
   std::string data = "../shared/data/hippocampus", out = "14_equal_memory_runs";
   double budget_mib = 2048;
-  int64_t epochs = 20;
+  int64_t epochs = 20, max_batch = 128;
   uint64_t seed = 0;
+  bool overwrite = false;
   app.add_option("--data", data, "MSD task folder (imagesTr/, labelsTr/, dataset.json); absent = embedded default");
   app.add_option("--budget-mib", budget_mib, "GPU memory budget, MiB, enforced by the allocator")->check(CLI::Range(64.0, 1e7));
   app.add_option("--epochs", epochs, "training epochs per precision")->check(CLI::Range(int64_t{2}, int64_t{1000}));
-  app.add_option("--seed", seed, "seed of the weights, the data order and the batch search's inputs");
-  app.add_option("--out", out, "folder for the two runs (fp32/, amp/); replaced");
+  app.add_option("--max-batch", max_batch, "the largest batch the search tries")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  app.add_option("--seed", seed, "seed of the weights, the data order and the step timing's inputs");
+  app.add_option("--out", out, "folder for the runs (search/, fp32/, fp16/, bf16/)");
+  app.add_flag("--overwrite", overwrite, "replace --out when it exists (refused otherwise)");
   CLI11_PARSE(app, argc, argv);
 
   if (!cuda::is_available()) {
@@ -194,6 +258,9 @@ int main(int argc, char** argv) {
   }
   try {
     namespace fs = std::filesystem;
+    std::error_code ec;
+    HG_CHECK(overwrite || !fs::exists(out, ec),
+             "14_equal_memory: --out " << out << " exists; pass --overwrite to replace its runs, or choose another folder");
     if (!fs::is_directory(data)) {
       std::printf("%s is absent: training on the embedded default volume instead (Dice is then on its own data)\n",
                   data.c_str());
@@ -201,65 +268,66 @@ int main(int argc, char** argv) {
     }
     const unet3d_app::Recipe r = unet3d_app::recipe_by_name("reference");
     const size_t budget = static_cast<size_t>(budget_mib * 1048576.0);
-    std::printf("device: %s\nbudget: %.0f MiB, enforced by cuda::set_memory_limit\n", cuda::device_description().c_str(),
-                budget_mib);
-    const Mode modes[] = {{"FP32 (O0)", false}, {"AMP (O1)", true}};
-    Row rows[2];
-    for (int m = 0; m < 2; ++m) {
-      cuda::empty_cache();
-      cuda::set_memory_limit(budget);
+    std::printf("device: %s\nbudget: %.0f MiB, enforced by cuda::set_memory_limit over the eager cache, the CUDA graph's "
+                "pool and the loader's buffers\n",
+                cuda::device_description().c_str(), budget_mib);
+    const Mode modes[] = {{"FP32 (O0)", "fp32", false, "fp16"},
+                          {"AMP FP16 (O1)", "fp16", true, "fp16"},
+                          {"AMP BF16 (O1)", "bf16", true, "bf16"}};
+    constexpr int kModes = 3;
+    Row rows[kModes];
+    check_budget_empty("start");
+    cuda::set_memory_limit(budget);
+    for (int m = 0; m < kModes; ++m) {
+      const Mode& mode = modes[m];
       Row& row = rows[m];
-      row.batch = largest_batch(r, modes[m].amp, seed);
+      std::printf("%s: searching the largest batch the trainer runs an epoch at...\n", mode.name);
+      std::fflush(stdout);
+      row.batch = largest_batch(mode, data, (fs::path(out) / "search").string(), seed, max_batch);
       if (row.batch == 0) {
-        std::printf("%s: batch 1 does not fit in %.0f MiB\n", modes[m].name, budget_mib);
+        std::printf("%s: batch 1 does not fit in %.0f MiB\n", mode.name, budget_mib);
         continue;
       }
-      cuda::reset_peak_stats();
-      row.step_ms = time_steps(r, modes[m].amp, row.batch, 3, 10, seed);
-      row.peak_mib = cuda::allocator_stats().peak_reserved_bytes / 1048576.0;
+      row.step_ms = time_steps(r, mode.amp, std::string(mode.amp_dtype) == "bf16" ? kBFloat16 : kFloat16, row.batch,
+                               3, 10, seed);
       row.images_per_s = row.batch / (row.step_ms / 1e3);
-      cuda::empty_cache();
-      std::printf("%s: largest batch %lld (peak reserved %.0f MiB), %.2f ms a step, %.1f images/s; training %lld epochs...\n",
-                  modes[m].name, static_cast<long long>(row.batch), row.peak_mib, row.step_ms, row.images_per_s,
-                  static_cast<long long>(epochs));
+      check_budget_empty("the step timing");
+      std::printf("%s: largest batch %lld, %.2f ms a step, %.1f images/s; training %lld epochs...\n", mode.name,
+                  static_cast<long long>(row.batch), row.step_ms, row.images_per_s, static_cast<long long>(epochs));
       std::fflush(stdout);
-      unet3d_app::TrainArgs a;
-      a.data = data;
-      a.out = (fs::path(out) / (modes[m].amp ? "amp" : "fp32")).string();
-      a.overwrite = true;
-      a.config = "reference";
-      a.device = "cuda";
-      a.epochs = epochs;
-      a.batch = row.batch;
-      a.amp = modes[m].amp;
-      a.seed = seed;
-      a.val_every = epochs;  // validate once, after the last epoch
-      a.progress = false;
-      a.memory_check = false;  // the search above is the check, under the budget itself
-      a.given = {"--data", "--out", "--overwrite", "--config", "--device", "--epochs", "--batch", "--seed", "--val-every"};
-      if (a.amp) a.given.push_back("--amp");
+      cuda::reset_peak_stats();
+      const unet3d_app::TrainArgs a =
+          train_args(mode, data, (fs::path(out) / mode.folder).string(), row.batch, epochs, seed);
       if (unet3d_app::run_train(a, unet3d_app::RankContext{}) != 0) {
-        std::fprintf(stderr, "14_equal_memory: training %s failed (see above)\n", modes[m].name);
+        std::fprintf(stderr, "14_equal_memory: training %s failed (see above)\n", mode.name);
         return 2;
       }
+      row.peak_mib = cuda::allocator_stats().budget_peak_reserved_bytes / 1048576.0;
       row.train = read_metrics((fs::path(a.out) / "metrics.csv").string());
-      cuda::empty_cache();
+      check_budget_empty(mode.name);
     }
     cuda::set_memory_limit(0);
 
-    std::printf("\n| under %.0f MiB | largest batch | peak reserved MiB | step ms | images/s | epoch s | Dice after %lld epochs |\n",
+    std::printf("\n| under %.0f MiB | largest batch | peak reserved MiB (all pools) | step ms | images/s | epoch s | "
+                "Dice after %lld epochs |\n",
                 budget_mib, static_cast<long long>(epochs));
     std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < kModes; ++m)
       std::printf("| %s | %lld | %.0f | %.2f | %.1f | %.2f | %.4f |\n", modes[m].name,
                   static_cast<long long>(rows[m].batch), rows[m].peak_mib, rows[m].step_ms, rows[m].images_per_s,
                   rows[m].train.mean_epoch_s, rows[m].train.last_mean_dice);
-    if (rows[0].batch == 0 || rows[1].batch == 0) return 1;
-    std::printf("| AMP / FP32 | %.2fx | | | %.2fx | %.2fx | %+.4f |\n",
-                static_cast<double>(rows[1].batch) / rows[0].batch, rows[1].images_per_s / rows[0].images_per_s,
-                rows[1].train.mean_epoch_s / rows[0].train.mean_epoch_s,
-                rows[1].train.last_mean_dice - rows[0].train.last_mean_dice);
-    const bool story_holds = rows[1].batch >= rows[0].batch && rows[1].images_per_s > rows[0].images_per_s;
+    bool story_holds = rows[0].batch > 0;
+    for (int m = 1; m < kModes; ++m) {
+      if (rows[m].batch == 0 || rows[0].batch == 0) {
+        story_holds = false;
+        continue;
+      }
+      std::printf("| %s / FP32 | %.2fx | | | %.2fx | %.2fx | %+.4f |\n", modes[m].name,
+                  static_cast<double>(rows[m].batch) / rows[0].batch, rows[m].images_per_s / rows[0].images_per_s,
+                  rows[m].train.mean_epoch_s / rows[0].train.mean_epoch_s,
+                  rows[m].train.last_mean_dice - rows[0].train.last_mean_dice);
+      story_holds = story_holds && rows[m].batch >= rows[0].batch && rows[m].images_per_s > rows[0].images_per_s;
+    }
     if (!story_holds) std::printf("\nThe measurement contradicts the claim: AMP did not fit more or run faster.\n");
     return story_holds ? 0 : 1;
   } catch (const std::exception& e) {

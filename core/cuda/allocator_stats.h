@@ -23,6 +23,12 @@ struct BlockAllocatorStats {
   size_t largest_free_block = 0;    // the biggest free block of either pool now (bytes)
   size_t inactive_split_bytes = 0;  // free blocks inside segments that have a live block: fragmentation
   size_t inactive_split_blocks = 0;
+  // The memory budget this allocator shares (block_allocator.h's MemoryBudget: with cuda::allocate,
+  // the eager cache, every CUDA graph's pool and the device buffers; its limit is the memory limit).
+  size_t budget_reserved_bytes = 0;       // reserved by all of them now
+  size_t budget_peak_reserved_bytes = 0;  // their peak since the last reset_peak_stats
+  size_t budget_external_bytes = 0;       // of which outside the allocators (cuda::DeviceBuffer)
+  size_t budget_ooms = 0;                 // out-of-memory errors of any of them, since start
 };
 
 }  // namespace halfgrad::cuda

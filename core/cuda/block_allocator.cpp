@@ -29,7 +29,8 @@ bool BlockAllocator::BySizeThenAddress::operator()(const Block* a, const Block* 
 }
 
 BlockAllocator::BlockAllocator(SegmentBackend& backend, BlockAllocatorOptions options)
-    : backend_(backend), options_(options) {
+    : backend_(backend), options_(options), budget_(options.budget ? options.budget : &own_budget_) {
+  own_budget_.limit = options.memory_limit;
   // PyTorch's rule for max_split_size_mb: at most a 20 MiB segment's size would keep a fresh
   // segment's rest from ever being split for a small request (every request a new segment).
   HG_CHECK(options_.max_split_size > kLargeBuffer,
@@ -46,6 +47,7 @@ BlockAllocator::~BlockAllocator() {
   for (Block* b : all)
     if (b->prev == nullptr) backend_.raw_free(reinterpret_cast<void*>(b->addr));
   for (Block* b : all) delete b;
+  budget_->reserved -= stats_.reserved_bytes;
 }
 
 size_t BlockAllocator::round_size(size_t n) {
@@ -79,30 +81,46 @@ BlockAllocator::Block* BlockAllocator::find_free_block(Pool& pool, size_t rounde
 void BlockAllocator::note_reserved(size_t bytes) {
   stats_.reserved_bytes += bytes;
   stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  budget_->add(bytes);
+}
+
+// Gives back this allocator's cached free segments, then the other sharers' (the budget's reclaim
+// hook); nothing while the budget's frees are blocked (a capture).
+void BlockAllocator::free_cache_for(size_t bytes_wanted) {
+  if (budget_->frees_blocked) return;
+  release_free_segments();
+  if (budget_->would_pass(bytes_wanted) && budget_->reclaim) budget_->reclaim();
 }
 
 // A fresh segment for a miss: within the memory limit, from the backend, with one retry after giving
 // back the cache. Throws (counting an OOM) when neither works.
 BlockAllocator::Block* BlockAllocator::new_segment(Pool& pool, size_t rounded, size_t nbytes, const char* op) {
   const size_t seg = segment_size(rounded);
-  const size_t limit = options_.memory_limit;
-  auto over_limit = [&] { return limit != 0 && stats_.reserved_bytes + seg > limit; };
-  if (over_limit()) release_free_segments();
-  if (over_limit()) {
+  const size_t limit = budget_->limit;
+  if (budget_->would_pass(seg)) free_cache_for(seg);
+  if (budget_->would_pass(seg)) {
     ++stats_.ooms;
+    ++budget_->ooms;
+    const bool shared = budget_ != &own_budget_;
     HG_FAIL(op << ": out of " << backend_.name() << " memory: allocating " << nbytes << " bytes needs a new "
-               << seg << "-byte segment, which would take reserved memory to " << stats_.reserved_bytes + seg
-               << " bytes, past the memory limit of " << limit << " bytes (" << stats_.allocated_bytes
-               << " bytes allocated, " << stats_.reserved_bytes << " reserved after freeing the cache)");
+               << seg << "-byte segment, which would take reserved memory to " << budget_->reserved + seg
+               << " bytes, past the memory limit of " << limit << " bytes (this pool: " << stats_.allocated_bytes
+               << " bytes allocated, " << stats_.reserved_bytes << " reserved"
+               << (shared ? "; all pools and buffers under the limit: " + std::to_string(budget_->reserved) +
+                                " reserved, of which " + std::to_string(budget_->external) + " in device buffers"
+                          : std::string())
+               << (budget_->frees_blocked ? "; during a CUDA graph capture, when no cached segment can be given back)"
+                                          : ", after freeing the cache)"));
   }
   void* p = backend_.raw_alloc(seg);
-  if (p == nullptr) {
+  if (p == nullptr && !budget_->frees_blocked) {
     ++stats_.alloc_retries;
-    release_free_segments();
+    free_cache_for(seg);
     p = backend_.raw_alloc(seg);
   }
   if (p == nullptr) {
     ++stats_.ooms;
+    ++budget_->ooms;
     HG_FAIL(op << ": out of " << backend_.name() << " memory allocating " << nbytes << " bytes (a " << seg
                << "-byte segment; " << stats_.allocated_bytes << " bytes allocated, " << stats_.reserved_bytes
                << " reserved after freeing the cache, " << stats_.segments << " segments)");
@@ -215,6 +233,7 @@ size_t BlockAllocator::release_free_segments() {
       ++stats_.cuda_free_calls;
       --stats_.segments;
       stats_.reserved_bytes -= b->size;
+      budget_->reserved -= b->size;
       freed += b->size;
       delete b;
     }
@@ -227,10 +246,15 @@ size_t BlockAllocator::empty_cache() { return release_free_segments(); }
 void BlockAllocator::reset_peak_stats() {
   stats_.peak_allocated_bytes = stats_.allocated_bytes;
   stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  budget_->peak_reserved = budget_->reserved;
 }
 
 BlockAllocatorStats BlockAllocator::stats() const {
   BlockAllocatorStats s = stats_;
+  s.budget_reserved_bytes = budget_->reserved;
+  s.budget_peak_reserved_bytes = budget_->peak_reserved;
+  s.budget_external_bytes = budget_->external;
+  s.budget_ooms = budget_->ooms;
   s.largest_free_block = 0;
   s.inactive_split_bytes = 0;
   s.inactive_split_blocks = 0;

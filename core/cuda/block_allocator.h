@@ -28,16 +28,22 @@
 // - Out of memory: when the backend cannot give a segment (raw_alloc returns nullptr), every cached
 //   free segment is given back and the backend asked once more; then halfgrad::Error("<op>: out of
 //   <backend> memory ...") names the request, the segment asked for and the totals.
-// - Memory limit (0 = none): a new segment that would take reserved bytes past the limit first makes
-//   the allocator give back its cached free segments; if it would still pass the limit,
-//   halfgrad::Error("<op>: out of <backend> memory: ... memory limit of L bytes ...") is thrown and
-//   the backend is not called. reserved_bytes never exceeds the limit (set before the first segment).
+// - Memory limit (0 = none), held in a MemoryBudget that several allocators may share (graph_pools.h:
+//   the eager cache, every CUDA graph's private pool and the device buffers outside them count against
+//   one limit, so that a budget is the real one). A new segment that would take the budget's reserved
+//   bytes past the limit first makes the allocator give back its own cached free segments, then asks
+//   the budget's reclaim hook to give back the other sharers' cached ones; if it would still pass the
+//   limit, halfgrad::Error("<op>: out of <backend> memory: ... memory limit of L bytes ...") is thrown
+//   and the backend is not called. The budget's reserved bytes never exceed the limit (set before the
+//   first segment). While the budget's frees are blocked (a CUDA graph capture, when giving a segment
+//   back would have to wait for the capturing stream), nothing is given back: the request fails instead.
 // Streams: none. The owner orders all work on one stream (runtime.h), so a block released by the host
 // may be handed out at once: its next user is queued after its last one.
 // Threads: not locked; the owner locks (runtime.cpp holds a mutex around every call).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <set>
 #include <unordered_map>
@@ -68,9 +74,33 @@ class SegmentBackend {
   virtual const char* name() const = 0;
 };
 
+/// One memory limit over everything that shares it: the segments of every BlockAllocator built with
+/// it (BlockAllocatorOptions::budget) plus device memory taken outside them (`external`). Bytes.
+/// Not locked: the owner of the allocators locks (runtime.cpp's mutex).
+struct MemoryBudget {
+  size_t limit = 0;          // reserved may not pass this; 0 = none
+  size_t reserved = 0;       // every sharer's segments + external
+  size_t peak_reserved = 0;  // since the last reset_peak_stats of a sharer
+  size_t external = 0;       // device memory outside the allocators (cuda::DeviceBuffer)
+  size_t ooms = 0;           // out-of-memory errors of any sharer, since start
+  bool frees_blocked = false;  // true while nothing may be given back (a graph capture)
+  /// Gives back the other sharers' cached free segments; returns the bytes given back. Empty: none.
+  std::function<size_t()> reclaim;
+
+  /// Whether `bytes` more would pass the limit.
+  bool would_pass(size_t bytes) const { return limit != 0 && reserved + bytes > limit; }
+  void add(size_t bytes) {
+    reserved += bytes;
+    if (reserved > peak_reserved) peak_reserved = reserved;
+  }
+};
+
 struct BlockAllocatorOptions {
   size_t max_split_size = kNoMaxSplitSize;  // bytes; see the header comment
-  size_t memory_limit = 0;                  // bytes of reserved memory at most; 0 = none
+  size_t memory_limit = 0;                  // bytes of reserved memory at most; 0 = none (own budget only)
+  /// A budget shared with other allocators (must outlive this one); null: the allocator has its own,
+  /// whose limit is memory_limit. With a shared budget, memory_limit is ignored: the budget's rules.
+  MemoryBudget* budget = nullptr;
 };
 
 class BlockAllocator {
@@ -96,11 +126,13 @@ class BlockAllocator {
 
   /// Gives back every segment that is one free block; returns the bytes given back.
   size_t empty_cache();
-  /// 0 = none. Takes effect at the next new segment (a lower limit than reserved frees nothing now).
-  void set_memory_limit(size_t bytes) { options_.memory_limit = bytes; }
-  size_t memory_limit() const { return options_.memory_limit; }
-  /// Peaks restart from the current allocated and reserved bytes.
+  /// The budget's limit; 0 = none. Takes effect at the next new segment (a lower limit than reserved
+  /// frees nothing now).
+  void set_memory_limit(size_t bytes) { budget_->limit = bytes; }
+  size_t memory_limit() const { return budget_->limit; }
+  /// Peaks restart from the current allocated and reserved bytes (the budget's peak too).
   void reset_peak_stats();
+  /// This allocator's statistics; the budget_* fields are the (shared) budget's.
   BlockAllocatorStats stats() const;
 
   /// max(n, 1) rounded up to a multiple of 512.
@@ -123,10 +155,13 @@ class BlockAllocator {
   bool should_split(const Block& b, size_t rounded) const;
   void merge_into(Block* b, Block* neighbour);
   size_t release_free_segments();
+  void free_cache_for(size_t bytes_wanted);
   void note_reserved(size_t bytes);
 
   SegmentBackend& backend_;
   BlockAllocatorOptions options_;
+  MemoryBudget own_budget_;  // used when options_.budget is null
+  MemoryBudget* budget_;
   Pool small_, large_;                             // free blocks
   std::unordered_map<const void*, Block*> live_;   // allocated blocks by address
   BlockAllocatorStats stats_;

@@ -6,14 +6,50 @@
 
 namespace halfgrad::cuda {
 
+namespace {
+BlockAllocatorOptions sharing(BlockAllocatorOptions o, MemoryBudget* budget) {
+  o.budget = budget;
+  return o;
+}
+}  // namespace
+
 GraphPools::GraphPools(SegmentBackend& backend, BlockAllocatorOptions eager_options)
-    : backend_(backend), eager_(backend, eager_options) {}
+    : backend_(backend), eager_(backend, sharing(eager_options, &budget_)) {
+  budget_.limit = eager_options.memory_limit;
+  budget_.reclaim = [this] { return reclaim_cached(); };
+}
 
 GraphPools::PoolId GraphPools::create_pool() {
   const PoolId id = next_id_++;
-  // No memory limit inside a pool (see the header); PyTorch's default max_split_size.
-  pools_[id].blocks = std::make_unique<BlockAllocator>(backend_, BlockAllocatorOptions{});
+  // The shared budget (see the header); PyTorch's default max_split_size.
+  pools_[id].blocks = std::make_unique<BlockAllocator>(backend_, sharing(BlockAllocatorOptions{}, &budget_));
   return id;
+}
+
+size_t GraphPools::reclaim_cached() {
+  if (budget_.frees_blocked) return 0;
+  size_t freed = eager_.empty_cache();
+  for (auto& kv : pools_)
+    if (kv.second.retired) freed += kv.second.blocks->empty_cache();
+  return freed;
+}
+
+void GraphPools::reserve_external(size_t nbytes, const char* op) {
+  if (budget_.would_pass(nbytes)) reclaim_cached();
+  if (budget_.would_pass(nbytes)) {
+    ++budget_.ooms;
+    HG_FAIL(op << ": out of " << backend_.name() << " memory: a buffer of " << nbytes
+               << " bytes would take reserved memory to " << budget_.reserved + nbytes << " bytes, past the memory limit of "
+               << budget_.limit << " bytes (all pools and buffers: " << budget_.reserved << " reserved, of which "
+               << budget_.external << " in device buffers, after freeing the cache)");
+  }
+  budget_.add(nbytes);
+  budget_.external += nbytes;
+}
+
+void GraphPools::release_external(size_t nbytes) {
+  budget_.reserved -= nbytes;
+  budget_.external -= nbytes;
 }
 
 void GraphPools::begin_capture(PoolId pool, const char* op) {
@@ -21,11 +57,16 @@ void GraphPools::begin_capture(PoolId pool, const char* op) {
                                << " is already active; one capture at a time (one stream)");
   const auto it = pools_.find(pool);
   HG_CHECK(it != pools_.end() && !it->second.retired, op << ": graph pool " << pool << " does not exist or is retired");
+  // Under a limit, the capture may need what the eager cache holds, and nothing can be given back
+  // while it runs (see the header).
+  if (budget_.limit != 0) reclaim_cached();
   capturing_ = pool;
+  budget_.frees_blocked = true;
 }
 
 void GraphPools::end_capture() {
   capturing_ = 0;
+  budget_.frees_blocked = false;
   free_retired_pools();
 }
 

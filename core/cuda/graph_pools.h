@@ -22,8 +22,15 @@
 // One capture at a time (one stream). Requests of other threads during a capture (a thread-local
 // capture records only the capturing thread's work) are eager: runtime.cpp says which thread asks.
 // Not locked: the owner locks (runtime.cpp's mutex).
-// The memory limit and empty_cache apply to the eager allocator only; stats() is the eager one's,
-// pool_stats(pool) a pool's.
+// Memory limit: one MemoryBudget (block_allocator.h) shared by the eager allocator, every private
+// pool and the device memory reserved outside them (reserve_external: cuda::DeviceBuffer), so that a
+// limit bounds everything the process holds on the device, as a GPU of that size would. A request
+// over the limit gives back cached free segments first: its own allocator's, then the eager cache's
+// and those of retired pools (a live graph's free blocks are its replay's memory, never given back).
+// During a capture nothing is given back (that would wait on the capturing stream): a capture that
+// needs more than the limit allows fails with the out-of-memory error, so begin_capture gives back
+// the eager cache first when a limit is set. empty_cache applies to the eager allocator; stats are
+// the eager one's and pool_stats(pool) a pool's, each with the shared budget's totals.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -62,6 +69,16 @@ class GraphPools {
   void release(void* ptr, size_t nbytes, const char* op);
   size_t block_size(const void* ptr) const;
 
+  /// Counts `nbytes` of device memory taken outside the allocators (a cuda::DeviceBuffer) against the
+  /// budget, giving back cached segments first when it would pass the limit. Throws halfgrad::Error
+  /// "<op>: out of <backend> memory: a buffer of N bytes would take reserved memory to ..., past the
+  /// memory limit of L bytes ..." (nothing counted) when it still would.
+  void reserve_external(size_t nbytes, const char* op);
+  /// The inverse, once the buffer is freed.
+  void release_external(size_t nbytes);
+  /// The shared budget (limit, reserved by all, external, peak).
+  const MemoryBudget& budget() const { return budget_; }
+
   /// The eager allocator (stats, limits, empty_cache).
   BlockAllocator& eager() { return eager_; }
   const BlockAllocator& eager() const { return eager_; }
@@ -78,8 +95,11 @@ class GraphPools {
   };
   /// Frees every retired pool without live blocks (never during a capture).
   void free_retired_pools();
+  /// The budget's reclaim hook: the eager cache and retired pools' free segments; returns the bytes.
+  size_t reclaim_cached();
 
   SegmentBackend& backend_;
+  MemoryBudget budget_;  // before eager_, which points at it
   BlockAllocator eager_;
   std::unordered_map<PoolId, Pool> pools_;
   std::unordered_map<const void*, PoolId> owner_;  // live blocks of private pools

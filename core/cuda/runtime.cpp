@@ -279,6 +279,17 @@ void empty_cache() {
   std::lock_guard<std::mutex> lock(c.mu);
   c.blocks.eager().empty_cache();
 }
+void reserve_external(size_t nbytes, const char* op) {
+  need_device(op);
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.blocks.reserve_external(nbytes, op);
+}
+void release_external(size_t nbytes) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.blocks.release_external(nbytes);
+}
 void set_memory_limit(size_t bytes) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);

@@ -20,7 +20,9 @@
 // passes it: a request that needs a new segment beyond it gives back the cached free segments first,
 // then throws halfgrad::Error("<op>: out of CUDA memory: ... memory limit ..."). Like PyTorch's
 // set_per_process_memory_fraction, it bounds reserved memory, so a run that fits in it fits on a
-// device of that size. Stats mirror torch.cuda.memory_stats (allocated, reserved, their peaks, ...).
+// device of that size. Everything halfgrad holds on the device counts: the eager cache, the private
+// pools of live CUDA graphs (graph_pools.h) and DeviceBuffers (streams.h, through reserve_external);
+// allocator_stats().budget_* give their sum. Stats mirror torch.cuda.memory_stats (allocated, reserved, their peaks, ...).
 //
 // Poison (a debugging instrument, the twin of the CPU allocator's in core/allocator.h): with a byte set
 // (env HALFGRAD_CUDA_POISON=<byte> at start, 0..255, decimal or 0x.. hex; or set_poison at run time),
@@ -102,6 +104,13 @@ void set_memory_limit(size_t bytes);
 /// The limit in bytes, 0 when none (always 0 in a build without CUDA). Throws halfgrad::Error when
 /// HALFGRAD_CUDA_MEMORY_LIMIT_MB does not parse, naming the variable and its value.
 size_t memory_limit();
+/// Device memory taken outside the caching allocator (cuda::DeviceBuffer's cudaMalloc) is counted
+/// against the memory limit: reserve_external before taking `nbytes`, release_external after giving
+/// them back. reserve_external gives back cached free segments when the limit would be passed, then
+/// throws halfgrad::Error("<op>: out of CUDA memory: a buffer of N bytes ... past the memory limit
+/// ...") if it still would (nothing counted). Without CUDA: reserve throws, release does nothing.
+void reserve_external(size_t nbytes, const char* op);
+void release_external(size_t nbytes);
 /// The poison byte (0..255), or -1 when off (the default without HALFGRAD_CUDA_POISON; always -1 in
 /// a build without CUDA).
 int poison();

@@ -30,6 +30,8 @@ MemoryInfo memory_info() { no_cuda("cuda::memory_info"); }
 void reset_peak_stats() {}
 void empty_cache() {}
 void set_memory_limit(size_t) { no_cuda("cuda::set_memory_limit"); }
+void reserve_external(size_t, const char* op) { no_cuda(op); }
+void release_external(size_t) {}
 size_t memory_limit() { return 0; }
 int poison() { return -1; }
 void set_poison(int) { no_cuda("cuda::set_poison"); }

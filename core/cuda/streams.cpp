@@ -44,17 +44,29 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
 DeviceBuffer::DeviceBuffer(size_t nbytes) {
   HG_CHECK(nbytes > 0, "cuda::DeviceBuffer: expected a size > 0 bytes");
   need_device("cuda::DeviceBuffer");
-  HG_CUDA_CHECK("cuda::DeviceBuffer", cudaMalloc(&ptr_, nbytes));
+  reserve_external(nbytes, "cuda::DeviceBuffer");  // under the memory limit, as the allocator's segments
+  const cudaError_t e = cudaMalloc(&ptr_, nbytes);
+  if (e != cudaSuccess) {
+    release_external(nbytes);
+    ptr_ = nullptr;
+    cudaGetLastError();
+    throw_cuda_error("cuda::DeviceBuffer", "cudaMalloc", e);
+  }
   size_ = nbytes;
 }
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) cudaFree(ptr_);
+DeviceBuffer::~DeviceBuffer() { free_now(); }
+void DeviceBuffer::free_now() noexcept {
+  if (!ptr_) return;
+  cudaFree(ptr_);
+  release_external(size_);
+  ptr_ = nullptr;
+  size_ = 0;
 }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
     : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (ptr_) cudaFree(ptr_);
+    free_now();
     ptr_ = std::exchange(o.ptr_, nullptr);
     size_ = std::exchange(o.size_, 0);
   }

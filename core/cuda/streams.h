@@ -40,7 +40,9 @@ class PinnedBuffer {
   size_t size_ = 0;
 };
 
-/// Device memory from cudaMalloc, never returned to the caching allocator (see the file comment).
+/// Device memory from cudaMalloc, never returned to the caching allocator (see the file comment), but
+/// counted against its memory limit (runtime.h's reserve_external): over the limit the constructor
+/// throws the allocator's out-of-memory halfgrad::Error.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -55,6 +57,7 @@ class DeviceBuffer {
   size_t size() const { return size_; }
 
  private:
+  void free_now() noexcept;  // cudaFree and release_external; empty afterwards
   void* ptr_ = nullptr;
   size_t size_ = 0;
 };

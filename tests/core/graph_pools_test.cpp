@@ -152,3 +152,68 @@ TEST_CASE("graph pools: during a capture, another thread's request (capturer fal
   pools.release(eager, 8 * KiB, "test");
   pools.retire_pool(g);
 }
+
+// Issue 30: a memory limit is the real one only if a CUDA graph's pool and the device buffers
+// outside the allocator count against it (14_equal_memory ran out of memory with a graph pool of
+// 2 GiB held beside a 2 GiB limit).
+TEST_CASE("graph pools: one memory limit over the eager cache, every graph pool and external buffers") {
+  constexpr size_t MiB = 1024 * KiB;
+  FakeSegments dev;
+  GraphPools pools(dev, BlockAllocatorOptions{kNoMaxSplitSize, 64 * MiB});
+  void* eager = pools.allocate(30 * MiB, "test");  // a 30 MiB segment
+  const GraphPools::PoolId g = pools.create_pool();
+  pools.begin_capture(g, "test");
+  void* captured = pools.allocate(30 * MiB, "test");  // 60 of 64 MiB
+  CHECK(pools.budget().reserved == 60 * MiB);
+  // A third 30 MiB segment would pass the limit: refused, naming the totals, though neither the
+  // eager allocator nor the pool alone is over it.
+  check_error([&] { pools.allocate(30 * MiB, "capture"); },
+              {"capture: out of fake memory", "past the memory limit of 67108864 bytes",
+               "all pools and buffers under the limit: 62914560 reserved", "during a CUDA graph capture"});
+  pools.end_capture();
+  check_error([&] { pools.allocate(30 * MiB, "eager"); }, {"eager: out of fake memory", "past the memory limit"});
+  check_error([&] { pools.reserve_external(8 * MiB, "cuda::DeviceBuffer"); },
+              {"cuda::DeviceBuffer: out of fake memory: a buffer of 8388608 bytes", "past the memory limit"});
+  CHECK(pools.budget().ooms == 3);
+  pools.reserve_external(4 * MiB, "cuda::DeviceBuffer");  // 64 of 64 MiB: fits exactly
+  CHECK(pools.budget().reserved == 64 * MiB);
+  CHECK(pools.budget().external == 4 * MiB);
+  pools.release_external(4 * MiB);
+
+  // Released eager memory is cached, and given back when a graph pool (or a buffer) needs the room;
+  // a live graph's free blocks are its replays' memory and are never given back.
+  pools.release(eager, 30 * MiB, "test");
+  CHECK(pools.budget().reserved == 60 * MiB);
+  pools.reserve_external(30 * MiB, "cuda::DeviceBuffer");  // takes the eager cache's room
+  CHECK(pools.eager().stats().reserved_bytes == 0);
+  CHECK(pools.budget().reserved == 60 * MiB);
+  pools.release(captured, 30 * MiB, "test");  // free in the live graph's pool: stays reserved
+  check_error([&] { pools.reserve_external(30 * MiB, "cuda::DeviceBuffer"); }, {"past the memory limit"});
+  CHECK(pools.pool_stats(g).reserved_bytes == 30 * MiB);
+
+  // The graph goes: its pool's segments leave the budget with it.
+  pools.retire_pool(g);
+  CHECK(pools.num_pools() == 0);
+  CHECK(pools.budget().reserved == 30 * MiB);
+  pools.release_external(30 * MiB);
+  CHECK(pools.budget().reserved == 0);
+  CHECK(pools.budget().peak_reserved == 64 * MiB);
+  CHECK(pools.eager().stats().budget_peak_reserved_bytes == 64 * MiB);
+}
+
+TEST_CASE("graph pools: under a limit, a capture starts by giving back the eager cache") {
+  constexpr size_t MiB = 1024 * KiB;
+  FakeSegments dev;
+  GraphPools pools(dev, BlockAllocatorOptions{kNoMaxSplitSize, 40 * MiB});
+  pools.release(pools.allocate(30 * MiB, "test"), 30 * MiB, "test");  // 30 MiB cached
+  const GraphPools::PoolId g = pools.create_pool();
+  pools.begin_capture(g, "test");
+  CHECK(pools.budget().reserved == 0);  // given back before the capture, which could not give it back
+  void* p = pools.allocate(30 * MiB, "test");
+  CHECK(pools.budget().reserved == 30 * MiB);
+  pools.end_capture();
+  pools.release(p, 30 * MiB, "test");
+  pools.retire_pool(g);
+  CHECK(pools.budget().reserved == 0);
+  CHECK(dev.segments.empty());
+}
