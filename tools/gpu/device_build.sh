@@ -18,7 +18,7 @@ N=/tmp/halfgrad-nifti
 rm -rf $N && cp -r .carry/nifti $N
 s=$SECONDS
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DHALFGRAD_SHARED_LIBS=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
-  -DNIFTI_INCLUDE_DIR=$N/include -DNIFTIIO_LIBRARY=$N/lib/libniftiio.so -DZNZ_LIBRARY=$N/lib/libznz.so > $B.configure.log 2>&1 \
+  -DNIFTI_INCLUDE_DIR=$N/include -DXXHASH_INCLUDE_DIR=$N/include -DNIFTIIO_LIBRARY=$N/lib/libniftiio.so -DZNZ_LIBRARY=$N/lib/libznz.so > $B.configure.log 2>&1 \
   || { tail -40 $B.configure.log; exit 1; }
 rm -rf .carry/build && ln -s ../$B .carry/build
 mkdir -p .carry/lib && cp -L $N/lib/*.so.* .carry/lib/ 2>/dev/null || true

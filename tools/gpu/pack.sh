@@ -15,6 +15,7 @@ mkdir -p $C/lib $C/reference
 if [ "$B" = --source ]; then
   mkdir -p $C/nifti/include $C/nifti/lib
   cp /usr/include/nifti/*.h $C/nifti/include/
+  cp /usr/include/xxhash.h $C/nifti/include/  # header-only (core/checksum.cpp); the GPU image lacks it
   for l in libniftiio.so libniftiio.so.2 libznz.so libznz.so.3; do cp -L /usr/lib/x86_64-linux-gnu/$l $C/nifti/lib/; done
 else
 mkdir -p $C/build/tests $C/build/examples $C/build/bench/gemm
