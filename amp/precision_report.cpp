@@ -1,6 +1,8 @@
 // precision_report.cpp - the precision report of a training run (see precision_report.h).
 #include "amp/precision_report.h"
 
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 
 #include "autograd/node.h"
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace halfgrad::amp {
 
@@ -35,12 +38,6 @@ std::string csv_quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
   return out + "\"";
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 std::ofstream open_for_writing(const std::string& path) {
@@ -71,6 +68,26 @@ bool gnuplot_available() {
     if (::access((dir + "/gnuplot").c_str(), X_OK) == 0) return true;
   }
   return false;
+}
+
+bool run_gnuplot(const std::string& dir, const std::string& script, const std::string& log) {
+  const std::string where = "gnuplot " + script;
+  UniqueFd out = create_fresh_file((std::filesystem::path(dir) / log).string(), where);
+  const pid_t pid = ::fork();
+  HG_CHECK(pid >= 0, where << ": cannot start a process (" << std::strerror(errno) << ")");
+  if (pid == 0) {  // the child: only async-signal-safe calls until exec
+    if (::chdir(dir.c_str()) != 0 || ::dup2(out.fd, STDOUT_FILENO) < 0 || ::dup2(out.fd, STDERR_FILENO) < 0) ::_exit(126);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    char* const argv[] = {const_cast<char*>("gnuplot"), const_cast<char*>(script.c_str()), nullptr};
+    ::execvp("gnuplot", argv);
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return false;
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 std::string OpPrecisionRow::why() const {
@@ -326,9 +343,7 @@ PrecisionReportFiles PrecisionRecorder::write(const std::string& dir, bool rende
   for (const std::string& s : scripts) {
     const std::string png = dir + "/" + s + ".png";
     fs::remove(png, ec);
-    const std::string cmd = "cd " + shell_quote(dir) + " && gnuplot " + s + ".gp > " + s + ".gnuplot.log 2>&1";
-    const int rc = std::system(cmd.c_str());
-    if (rc == 0 && fs::exists(png)) {
+    if (run_gnuplot(dir, s + ".gp", s + ".gnuplot.log") && fs::exists(png)) {
       res.files.push_back(png);
       fs::remove(dir + "/" + s + ".gnuplot.log", ec);
     } else {

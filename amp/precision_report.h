@@ -17,7 +17,7 @@
 //   for (const std::string& f : report.write(run_dir).files) std::cout << f << "\n";
 //
 // How ops are seen: Observe installs a forward hook (autograd/node.h), which every op runs at its
-// end, and turns on the cast counters of amp/cast_stats.h. At each op the hook takes what was counted
+// end, and turns on the cast counters of autocast/cast_stats.h. At each op the hook takes what was counted
 // since the previous op: the OpKind the op asked autocast_dtype for (none for ops outside the table,
 // such as relu), and the Tensor::to conversions it made of its inputs. The op's row is keyed by its
 // recorded name, that kind, whether autocast was on, and its output dtype (the dtype it ran in). The
@@ -37,8 +37,8 @@
 #include <tuple>
 #include <vector>
 
-#include "amp/autocast.h"
-#include "amp/cast_stats.h"
+#include "autocast/autocast.h"
+#include "autocast/cast_stats.h"
 
 namespace halfgrad::amp {
 
@@ -72,6 +72,12 @@ struct PrecisionReportFiles {
 
 /// Whether an executable `gnuplot` is on the PATH.
 bool gnuplot_available();
+/// Runs `gnuplot SCRIPT` with `dir` as its working directory and its output and errors in
+/// DIR/LOG; true when it exits 0. No shell is involved (fork, chdir, execvp), so no character of
+/// `dir` is interpreted; the log is created fresh (core/file_io.h's create_fresh_file: a link or FIFO
+/// under its name is removed, never written through or waited on). `script` and `log` are file names
+/// inside `dir`. Throws halfgrad::Error when the log cannot be created or the process cannot start.
+bool run_gnuplot(const std::string& dir, const std::string& script, const std::string& log);
 
 /// Collects the precision report of a run (see the file comment). Not copyable: hooks point at it.
 class PrecisionRecorder {

@@ -79,4 +79,16 @@ std::string read_regular_file(const std::string& path, size_t max_bytes, const s
   return text;
 }
 
+UniqueFd create_fresh_file(const std::string& path, const std::string& where) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    HG_CHECK(!S_ISDIR(st.st_mode), where << ": " << path << " is a directory; expected a file name to write");
+    HG_CHECK(::unlink(path.c_str()) == 0 || errno == ENOENT,
+             where << ": cannot remove the old " << path << " (" << std::strerror(errno) << ")");
+  }
+  UniqueFd f(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  HG_CHECK(f.fd >= 0, where << ": cannot create " << path << " (" << std::strerror(errno) << ")");
+  return f;
+}
+
 }  // namespace halfgrad

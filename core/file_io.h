@@ -40,6 +40,14 @@ const char* file_type_name(unsigned mode);
 /// path ("read_nifti: /x/a.nii.gz"); `what` describes the file wanted ("a .nii or .nii.gz file").
 UniqueFd open_regular_file(const std::string& path, const std::string& where, const std::string& what);
 
+/// A new, empty regular file at `path` for writing (O_WRONLY | O_CLOEXEC), for a file whose name the
+/// caller owns (a "<file>.tmp" of an atomic write, a log): whatever entry has that name is removed
+/// first (a symbolic link is removed itself, never followed; a FIFO is removed, never opened), then
+/// the file is created with O_CREAT | O_EXCL | O_NOFOLLOW, so the bytes land in that file and nowhere
+/// a planted link points to. Throws halfgrad::Error "<where>: cannot create <path> (<strerror>)",
+/// or "<where>: <path> is a directory" (a directory is never removed).
+UniqueFd create_fresh_file(const std::string& path, const std::string& where);
+
 /// The whole of a regular file of at most `max_bytes` (open_regular_file's checks; a longer file is
 /// refused before it is read). Throws halfgrad::Error starting "<where>: ".
 std::string read_regular_file(const std::string& path, size_t max_bytes, const std::string& where,

@@ -138,8 +138,8 @@ void write_file(const std::string& path, const NamedTensors& tensors, const std:
 
   const std::string tmp = path + ".tmp";
   try {
-    UniqueFd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    HG_CHECK(f.fd >= 0, fn << ": cannot create " << tmp << " (" << errno_text() << ")");
+    // A fresh file: a link or FIFO planted under the temp file's name is removed, never written through.
+    UniqueFd f = create_fresh_file(tmp, fn);
     write_all(f.fd, &n, 8, fn);
     write_all(f.fd, placeholder.data(), placeholder.size(), fn);
     for (const auto& [name, t] : tensors) {

@@ -80,7 +80,17 @@ MsdDataset load_msd(const std::string& root) {
     if (!labels.has(key))
       labels.fail("has " + std::to_string(out.num_classes) + " entries but no key \"" + key + "\"; expected keys \"0\" .. \"" +
                   std::to_string(out.num_classes - 1) + "\"");
-    out.class_names.push_back(labels[key].as_string());
+    const std::string name = labels[key].as_string();
+    // Class names become CSV column names (metrics.csv's dice_<name>) and plot titles: a control
+    // character, a comma or a double quote would split or end them (a newline in a gnuplot string
+    // starts a command). MSD's names are words ("Anterior", "left kidney").
+    const auto bad = std::find_if(name.begin(), name.end(), [](char ch) {
+      const auto u = static_cast<unsigned char>(ch);
+      return u < 0x20 || u == 0x7f || ch == ',' || ch == '"';
+    });
+    if (name.empty() || name.size() > 64 || bad != name.end())
+      labels[key].fail("is not a class name: expected 1 to 64 characters without control characters, ',' or '\"'");
+    out.class_names.push_back(name);
   }
 
   const Field training = ds["training"];

@@ -82,8 +82,9 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
                   "metrics.csv, precision report) are removed once the data has loaded");
   train->add_option("--resume", t.resume,
                     "continue the run in RUN_DIR from its last checkpoint with the options it was started with "
-                    "(bit-identical to a run that never stopped); only --epochs N (train until epoch N), "
-                    "--save-every, --max-minutes, --stop-after-epoch, --no-progress, --no-memory-check may be given");
+                    "(bit-identical to a run that never stopped); only --epochs N (train until epoch N), --save-every, "
+                    "--max-minutes, --stop-after-epoch, --no-progress, --no-memory-check, --workers, --prefetch, "
+                    "--gpus, --cuda-graph, --data (the same files in a moved folder) and --allow-data-change may be given");
   train->add_flag("--allow-data-change", t.allow_data_change,
                   "with --resume: continue although the data differs from what the run trained on (a file added, "
                   "removed or changed since; refused otherwise, naming each)");
@@ -188,6 +189,16 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   predict->add_flag("!--no-progress", p.progress, "no per-volume progress bar on stderr");
   predict->add_flag("!--no-memory-check", p.memory_check,
                     "predict even when a tile's or a volume's estimated memory exceeds what is free");
+  // A path given empty (`--data "$DATA"` with DATA unset) is a mistake, not "option not given": the
+  // options below would otherwise quietly train on the default data, start a fresh run instead of
+  // resuming, or switch an output off.
+  const CLI::Validator non_empty(
+      [](std::string& v) { return v.empty() ? std::string("is empty; expected a path (leave the option out instead)") : std::string(); },
+      "PATH");
+  for (CLI::App* sub : {train, eval, predict})
+    for (const char* name : {"--data", "--out", "--resume", "--grad-stats", "--checkpoint", "--input", "--output",
+                             "--probabilities", "--labels", "--overlay"})
+      if (CLI::Option* o = sub->get_option_no_throw(name)) o->check(non_empty);
 }
 
 void CommandLine::parse(const std::vector<std::string>& args) {

@@ -13,16 +13,15 @@ namespace unet3d_app {
 
 namespace fs = std::filesystem;
 
-static std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// gnuplot single-quoted string: only ' itself needs doubling.
+// A gnuplot single-quoted string: ' is doubled, and a control character (a newline would end the
+// string and start a command: gnuplot has system()) becomes '?'. load_msd refuses such class names
+// already; this keeps the script safe whatever the caller passes.
 static std::string gp_quote(const std::string& s) {
   std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    out += c == '\'' ? std::string("''") : (u < 0x20 || u == 0x7f) ? std::string("?") : std::string(1, c);
+  }
   return out + "'";
 }
 
@@ -89,8 +88,7 @@ CurvesFiles write_training_curves(const std::string& dir, const std::vector<std:
   const std::string png = dir + "/curves.png", log = dir + "/curves.gnuplot.log";
   std::error_code ec;
   fs::remove(png, ec);
-  const std::string cmd = "cd " + shell_quote(dir) + " && gnuplot curves.gp > curves.gnuplot.log 2>&1";
-  if (std::system(cmd.c_str()) == 0 && fs::exists(png)) {
+  if (halfgrad::amp::run_gnuplot(dir, "curves.gp", "curves.gnuplot.log") && fs::exists(png)) {
     fs::remove(log, ec);
     res.files.push_back(png);
     res.plotted = true;

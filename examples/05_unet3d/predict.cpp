@@ -5,11 +5,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/node.h"
 #include "core/error.h"
 #include "core/nonfinite.h"
@@ -110,6 +111,15 @@ std::vector<Job> plan_jobs(const PredictArgs& a) {
       }
     jobs.push_back(j);
   }
+  // No file may be written twice: a.nii and a.nii.gz in one folder would share a.png.
+  std::map<fs::path, std::string> written_by;
+  for (const Job& j : jobs)
+    for (const std::string* p : {&j.output, &j.probabilities, &j.overlay}) {
+      if (p->empty()) continue;
+      const auto [it, fresh] = written_by.emplace(fs::weakly_canonical(*p, ec), j.name);
+      HG_CHECK(fresh, "halfgrad-unet3d predict: " << it->second << " and " << j.name << " would both be written to " << *p
+                                                  << "; expected one output file per input volume (rename one of them)");
+    }
   // Refuse at once, before any volume runs, rather than after an hour of work.
   std::vector<std::string> existing;
   for (const Job& j : jobs)

@@ -42,9 +42,11 @@ RunFolderContents inspect_run_folder(const std::string& dir) {
   RunFolderContents c;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return c;
+  // symlink_status: a link counts as the entry it is, dangling or not (never followed out of the folder).
+  const auto present = [&](const std::string& name) { return fs::exists(fs::symlink_status(fs::path(dir) / name, ec)); };
   for (const std::string& name : run_file_names()) {
-    if (fs::exists(fs::path(dir) / name, ec)) c.run_files.push_back(name);
-    if (fs::exists(fs::path(dir) / (name + ".tmp"), ec)) c.stale_temps.push_back(name + ".tmp");
+    if (present(name)) c.run_files.push_back(name);
+    if (present(name + ".tmp")) c.stale_temps.push_back(name + ".tmp");
   }
   const fs::path ckpt = fs::path(dir) / "model.safetensors";
   if (fs::exists(ckpt, ec)) {
@@ -147,10 +149,18 @@ std::vector<std::string> prepare_run_folder(const std::string& dir, bool overwri
 RunFolderLock::RunFolderLock(const std::string& dir) {
   const std::string path = (fs::path(dir) / kFileName).string();
   // O_NONBLOCK: a FIFO planted under the lock's name must not hang the open (core/file_io.h).
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
-  HG_CHECK(fd_ >= 0, "halfgrad-unet3d train: cannot write into the run folder " << dir << " (creating " << path << ": "
-                                                                              << std::strerror(errno)
-                                                                              << "); expected a writable folder");
+  // O_NOFOLLOW: a symbolic link planted under the lock's name is refused, never truncated through.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    const int err = errno;
+    struct stat lst;
+    const bool exists = ::lstat(path.c_str(), &lst) == 0;
+    HG_CHECK(!exists, "halfgrad-unet3d train: " << path << " is " << halfgrad::file_type_name(lst.st_mode)
+                                                << ", not the run folder's lock file; remove it");
+    HG_FAIL("halfgrad-unet3d train: cannot write into the run folder " << dir << " (creating " << path << ": "
+                                                                       << std::strerror(err)
+                                                                       << "); expected a writable folder");
+  }
   struct stat st;
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
@@ -190,9 +200,12 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   // As core/safetensors.cpp's writer: temp file, fsync, rename, fsync of the folder, so that after a kill
   // or a power cut the file holds either its old text or the new one.
   const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  // A fresh file (core/file_io.h): a link planted under the temp file's name is removed, not followed.
+  halfgrad::UniqueFd fd = halfgrad::create_fresh_file(tmp, "halfgrad-unet3d: cannot write " + path);
+  std::FILE* f = ::fdopen(fd.fd, "wb");
   HG_CHECK(f != nullptr, "halfgrad-unet3d: cannot write " << tmp << " (" << std::strerror(errno)
                                                           << "); expected a writable run folder");
+  fd.release();
   const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
                        ::fsync(::fileno(f)) == 0;
   const int err = errno;

@@ -20,7 +20,8 @@ inline const std::vector<std::string>& run_file_names() {
   static const std::vector<std::string> names = {
       "model.safetensors", "training_state.safetensors", "metrics.csv", "precision_ops.csv", "precision_casts.csv",
       "loss_scale.csv",    "loss_scale.gp",  "loss_scale.png", "cast_bytes.csv",    "cast_bytes.gp",
-      "cast_bytes.png",    "curves.gp",      "curves.png",
+      "cast_bytes.png",    "curves.gp",      "curves.png",     "curves.gnuplot.log", "loss_scale.gnuplot.log",
+      "cast_bytes.gnuplot.log",
       "checkpoint.bin"};  // the format before safetensors (2026-12-01): still a run's file, so --overwrite removes it
   return names;
 }

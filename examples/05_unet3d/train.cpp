@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -21,7 +22,7 @@
 #include <optional>
 #include <sstream>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "amp/grad_stats.h"
 #include "amp/opt_level.h"
@@ -152,7 +153,9 @@ static void check_grad_stats_path(const TrainArgs& a) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path p = fs::weakly_canonical(a.grad_stats, ec);
-  for (const std::string& name : run_file_names())
+  std::vector<std::string> own = run_file_names();
+  own.push_back(RunFolderLock::kFileName);
+  for (const std::string& name : own)
     HG_CHECK(p != fs::weakly_canonical(fs::path(a.out) / name, ec),
              "halfgrad-unet3d train: --grad-stats " << a.grad_stats << " is the run's own " << name
                                                     << "; expected another file");
@@ -696,9 +699,14 @@ int run_eval(const EvalArgs& a) {
                      "; check the image headers");
   if (!a.overlay.empty()) {
     std::error_code ec;
-    // Refused before anything runs, as predict does: an existing picture is somebody's.
+    // Refused before anything runs, as predict does: an existing picture is somebody's, and two
+    // volumes whose names differ only in .nii / .nii.gz would write one picture.
+    std::map<std::filesystem::path, std::string> written_by;
     for (const SegVolume& v : data.val) {
       const std::filesystem::path png = overlay_path(a.overlay, v.name);
+      const auto [it, fresh] = written_by.emplace(png, v.name);
+      HG_CHECK(fresh, "halfgrad-unet3d eval: --overlay: " << it->second << " and " << v.name << " would both be drawn in "
+                                                          << png.string() << "; expected one picture per volume");
       HG_CHECK(a.overwrite || !std::filesystem::exists(std::filesystem::symlink_status(png, ec)),
                "halfgrad-unet3d eval: --overlay: " << png.string()
                                                    << " exists already; pass --overwrite to replace it, or choose another folder");

@@ -1,7 +1,7 @@
 // trained_model.cpp - see trained_model.h.
 #include "examples/05_unet3d/trained_model.h"
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include <filesystem>
@@ -75,7 +75,12 @@ TrainedModel load_trained_model(const std::string& path_or_dir, const Placement&
     shape.require_array("an array [D, H, W]");
     if (shape.size() != 3) shape.fail("has " + std::to_string(shape.size()) + " elements; expected [D, H, W]");
     for (size_t d = 0; d < 3; ++d) t.recipe.volume_shape[d] = shape[d].as_int(1, 4096);
-    if (m.has("class_names")) t.class_names = m["class_names"].as_string_list();
+    if (m.has("class_names")) {
+      t.class_names = m["class_names"].as_string_list();
+      if (static_cast<int64_t>(t.class_names.size()) != t.recipe.model.num_classes())
+        m["class_names"].fail("has " + std::to_string(t.class_names.size()) + " names but the model has " +
+                              std::to_string(t.recipe.model.num_classes()) + " classes; expected one name per class");
+    }
     t.plan = amp::PrecisionPlan::from_json(m);  // the parameters' dtypes, which the file must match
   }
   t.model = std::make_shared<nn::UNet3d>(t.recipe.model);

@@ -410,3 +410,67 @@ TEST_CASE("hostile 11: each message says what is true") {
                 {"cannot create the run folder in " + dir.file("a_file"), "not a directory"});
   }
 }
+
+// Found by trying to break the rows above (a fresh attacker's pass over the program, 2026-12-06).
+TEST_CASE("hostile 12: a class name that would break out of a CSV column or a gnuplot string is refused") {
+  TempDir dir("halfgrad_hostile");
+  make_dataset(dir.file("data"), 5);
+  const std::string evil = dir.file("pwned");
+  for (const std::string name : {std::string("a\nsystem(\"touch ") + evil + "\")\n#", std::string("dice,1"),
+                                 std::string("q\"uote"), std::string()}) {
+    nlohmann::json ds = nlohmann::json::parse(slurp(dir.file("data/dataset.json")));
+    ds["labels"]["1"] = name;
+    std::ofstream(dir.file("data/dataset.json")) << ds.dump(1);
+    check_error([&] { run(tiny_train(dir.file("data"), dir.file("run"))); },
+                {"dataset.json", "labels", "is not a class name"});
+  }
+  CHECK_FALSE(fs::exists(evil));
+  CHECK_FALSE(fs::exists(dir.file("run/model.safetensors")));
+}
+
+TEST_CASE("hostile 13: symbolic links planted in a run folder are never written through") {
+  TempDir dir("halfgrad_hostile");
+  make_dataset(dir.file("data"), 5);
+  const std::string run_dir = dir.file("run"), victim = dir.file("victim.txt");
+  fs::create_directories(run_dir);
+  std::ofstream(victim) << "somebody's file";
+  SUBCASE("the lock file") {
+    fs::create_symlink(victim, run_dir + "/" + RunFolderLock::kFileName);
+    check_error([&] { run(tiny_train(dir.file("data"), run_dir)); }, {".halfgrad.lock is a symbolic link", "remove it"});
+  }
+  SUBCASE("a stale temp file (dangling) and the gnuplot log: removed with --overwrite, the targets untouched") {
+    fs::create_symlink(dir.file("outside_model.bin"), run_dir + "/model.safetensors.tmp");
+    fs::create_symlink(victim, run_dir + "/curves.gnuplot.log");
+    std::vector<std::string> args = tiny_train(dir.file("data"), run_dir);
+    check_error([&] { run(args); }, {"already holds a run", "curves.gnuplot.log"});  // a run file: refused
+    args.push_back("--overwrite");
+    REQUIRE(run(args) == 0);
+    CHECK_FALSE(fs::exists(dir.file("outside_model.bin")));
+    CHECK_FALSE(fs::is_symlink(run_dir + "/model.safetensors"));
+    CHECK(fs::is_regular_file(run_dir + "/model.safetensors"));
+  }
+  CHECK(slurp(victim) == "somebody's file");
+}
+
+TEST_CASE("hostile 14: two volumes that would write one file are refused before either runs") {
+  Trained t;
+  const std::string in = t.dir.file("in");
+  fs::create_directories(in);
+  fs::copy_file(t.data + "/imagesTr/case_0.nii.gz", in + "/a.nii.gz");
+  io::write_nifti(in + "/a.nii", io::read_nifti(in + "/a.nii.gz"));
+  check_error([&] {
+    run({"predict", "--checkpoint", t.run_dir, "--input", in, "--output", t.dir.file("out"), "--overlay",
+         t.dir.file("ov"), "--no-progress"});
+  }, {"would both be written to", "a.png", "one output file per input volume"});
+  CHECK_FALSE(fs::exists(t.dir.file("out")));
+}
+
+TEST_CASE("hostile 15: an empty path is a command-line error, not an option left out") {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"train", "--data", "", "--out", "x"}, {"train", "--resume", ""},
+        {"train", "--out", "x", "--grad-stats", ""}, {"eval", "--checkpoint", "c", "--overlay", ""},
+        {"predict", "--checkpoint", "c", "--input", "i", "--output", "o", "--labels", ""}}) {
+    CommandLine cli;
+    CHECK_THROWS_WITH_AS(cli.parse(args), doctest::Contains("is empty; expected a path"), CLI::ValidationError);
+  }
+}
