@@ -5,7 +5,7 @@
 #include <limits>
 #include <iostream>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/node.h"
 #include "core/error.h"
 #include "core/json_checked.h"

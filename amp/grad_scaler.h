@@ -118,6 +118,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/arg.h"
 #include "core/tensor.h"
 #include "optim/optimizer.h"
 
@@ -128,43 +129,23 @@ class GradScalerOptions {
   /// PyTorch's defaults: init_scale 2^16, growth_factor 2, backoff_factor 0.5, growth_interval 2000.
   GradScalerOptions() = default;
 
-  GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
-  GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
-  GradScalerOptions& backoff_factor(double v) { backoff_factor_ = v; return *this; }
-  GradScalerOptions& growth_interval(int64_t v) { growth_interval_ = v; return *this; }
-  GradScalerOptions& enabled(bool v) { enabled_ = v; return *this; }
+  HG_ARG(double, init_scale) = 65536.0;  // 2^16
+  HG_ARG(double, growth_factor) = 2.0;
+  HG_ARG(double, backoff_factor) = 0.5;
+  HG_ARG(int64_t, growth_interval) = 2000;
+  HG_ARG(bool, enabled) = true;
   /// halfgrad's extension: unscale FP16 gradients into new FP32 gradient tensors instead of throwing.
-  GradScalerOptions& fp16_grads_to_fp32(bool v) { fp16_grads_to_fp32_ = v; return *this; }
+  HG_ARG(bool, fp16_grads_to_fp32) = false;
   /// halfgrad's extension: growth never takes the scale above `v` (default +inf: no cap, as PyTorch).
   /// The constructor throws unless v > 0 and init_scale <= v.
-  GradScalerOptions& max_scale(double v) { max_scale_ = v; return *this; }
+  HG_ARG(double, max_scale) = std::numeric_limits<double>::infinity();
   /// halfgrad's extension: warn (one line on std::cerr) after this many consecutive skipped
   /// iterations; 0 turns the warning off (the counter is kept either way). Default 10. Throws from
   /// the constructor when negative.
-  GradScalerOptions& skip_warning_after(int64_t v) { skip_warning_after_ = v; return *this; }
+  HG_ARG(int64_t, skip_warning_after) = 10;
   /// halfgrad's switch for CUDA graphs: the scaler's state on the device and no host read in the
   /// iteration (see the file comment). Default false.
-  GradScalerOptions& capturable(bool v) { capturable_ = v; return *this; }
-  bool capturable() const { return capturable_; }
-  double init_scale() const { return init_scale_; }
-  double growth_factor() const { return growth_factor_; }
-  double backoff_factor() const { return backoff_factor_; }
-  int64_t growth_interval() const { return growth_interval_; }
-  bool enabled() const { return enabled_; }
-  bool fp16_grads_to_fp32() const { return fp16_grads_to_fp32_; }
-  double max_scale() const { return max_scale_; }
-  int64_t skip_warning_after() const { return skip_warning_after_; }
-
- private:
-  double init_scale_ = 65536.0;  // 2^16
-  double growth_factor_ = 2.0;
-  double backoff_factor_ = 0.5;
-  int64_t growth_interval_ = 2000;
-  bool enabled_ = true;
-  bool fp16_grads_to_fp32_ = false;
-  double max_scale_ = std::numeric_limits<double>::infinity();
-  int64_t skip_warning_after_ = 10;
-  bool capturable_ = false;
+  HG_ARG(bool, capturable) = false;
 };
 
 class GradScaler {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/error.h"
 #include "nn/batch_norm.h"
 #include "nn/instance_norm.h"

@@ -35,7 +35,7 @@
 #pragma once
 #include <string>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "core/dtype.h"
 #include "nn/module.h"

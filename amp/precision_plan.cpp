@@ -1,7 +1,7 @@
 // precision_plan.cpp - see precision_plan.h.
 #include "amp/precision_plan.h"
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/error.h"
 
 namespace halfgrad::amp {

@@ -1,8 +1,8 @@
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 
 #include <array>
 
-#include "amp/cast_stats.h"
+#include "autocast/cast_stats.h"
 #include <sstream>
 #include <map>
 #include <utility>
@@ -84,7 +84,7 @@ AutocastOptions& AutocastOptions::dtype(Dtype d) {
 }
 
 Dtype autocast_dtype(OpKind kind, std::initializer_list<Dtype> input_dtypes) {
-  note_autocast_request(kind);  // amp/cast_stats.h: which op kind asked, for the precision report
+  note_autocast_request(kind);  // autocast/cast_stats.h: which op kind asked, for the precision report
   Dtype widest = kFloat16;
   bool any = false;
   for (Dtype d : input_dtypes) {

@@ -58,6 +58,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "core/arg.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 
@@ -190,17 +191,14 @@ class AutocastOptions {
  public:
   /// The lower dtype: kFloat16 (default) or kBFloat16; any other dtype throws halfgrad::Error (PyTorch's
   /// CUDA autocast takes only these two).
+  /// Written by hand, not HG_ARG: it checks the dtype, and dtype_ stays private so nothing skips the check.
   AutocastOptions& dtype(Dtype d);
   Dtype dtype() const { return dtype_; }
-  AutocastOptions& enabled(bool b) { enabled_ = b; return *this; }
-  bool enabled() const { return enabled_; }
-  AutocastOptions& cache_enabled(bool b) { cache_enabled_ = b; return *this; }
-  bool cache_enabled() const { return cache_enabled_; }
+  HG_ARG(bool, enabled) = true;
+  HG_ARG(bool, cache_enabled) = true;
 
  private:
   Dtype dtype_ = kFloat16;
-  bool enabled_ = true;
-  bool cache_enabled_ = true;
 };
 
 /// RAII: enable (or disable) autocast for this thread within its scope; restores the outer state on

@@ -1,5 +1,5 @@
 // cast_stats.cpp - the per-thread cast counters of the precision report (see cast_stats.h).
-#include "amp/cast_stats.h"
+#include "autocast/cast_stats.h"
 
 #include <array>
 

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/dtype.h"
 
 namespace halfgrad::amp {
@@ -59,7 +59,7 @@ enum class CastPass : uint8_t { Forward, Backward };
 /// with Forward by the cast itself (counted in the totals and in the pending casts that the
 /// precision report charges to an op), with Backward by its backward (counted in the totals only).
 void count_cast(Dtype from, Dtype to, int64_t numel, CastPass pass = CastPass::Forward);
-/// Called by autocast_dtype (amp/autocast.cpp): an op of `kind` asked which dtype to run in.
+/// Called by autocast_dtype (autocast/autocast.cpp): an op of `kind` asked which dtype to run in.
 void note_autocast_request(OpKind kind);
 
 /// Every cast of `pass` counted on this thread from `from` to `to` since the last reset.

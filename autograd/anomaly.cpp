@@ -2,7 +2,7 @@
 #include "core/nonfinite.h"
 #include "autograd/anomaly.h"
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 
 #include <algorithm>
 #include <cmath>
@@ -186,7 +186,7 @@ void check_forward_anomaly(const char* op, const Tensor& output, const std::vect
     os << "Every input is finite, so " << op << " made the first non-finite value";
     if (output.dtype() == kFloat16) {
       os << " (float16 overflows to inf above 65504: ";
-      if (const amp::OpRecord* r = amp::find_op_record(op))  // the precision table's row (amp/autocast.h)
+      if (const amp::OpRecord* r = amp::find_op_record(op))  // the precision table's row (autocast/autocast.h)
         os << r->name << " is on autocast's " << amp::cast_policy_name(r->policy) << " list (" << r->why
            << "); keep it in FP32 with amp::set_op_fp32(amp::OpKind::" << r->enum_name << ", true) / --fp32-op "
            << r->name;

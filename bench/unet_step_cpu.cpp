@@ -10,7 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "core/allocator.h"
 #include "nn/unet3d.h"

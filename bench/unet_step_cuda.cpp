@@ -29,7 +29,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"

@@ -15,7 +15,7 @@
 
 namespace halfgrad {
 
-// BFloat16 comes last, so the older dtypes keep their enum values (amp/cast_stats.cpp indexes by them).
+// BFloat16 comes last, so the older dtypes keep their enum values (autocast/cast_stats.cpp indexes by them).
 enum class Dtype : uint8_t { Float32, Float16, Float64, Int64, BFloat16 };
 
 constexpr Dtype kFloat32 = Dtype::Float32;

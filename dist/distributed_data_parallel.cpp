@@ -6,7 +6,7 @@
 #include <sstream>
 #include <utility>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/node.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"

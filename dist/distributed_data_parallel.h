@@ -68,6 +68,7 @@
 #include <string>
 #include <vector>
 
+#include "core/arg.h"
 #include "dist/communicator.h"
 #include "nn/module.h"
 
@@ -76,23 +77,13 @@ namespace halfgrad::dist {
 class DdpOptions {
  public:
   /// Bucket size in MiB (2^20 bytes) of the bucket's dtype; > 0. Default 25, as PyTorch.
-  DdpOptions& bucket_cap_mb(double v) { bucket_cap_mb_ = v; return *this; }
+  HG_ARG(double, bucket_cap_mb) = 25.0;
   /// Reduce FP16/BF16 gradients in FP32 buckets (default false: buckets in the gradients' dtype).
-  DdpOptions& gradient_as_fp32(bool v) { gradient_as_fp32_ = v; return *this; }
+  HG_ARG(bool, gradient_as_fp32) = false;
   /// Zero-fill parameters that got no gradient instead of throwing (default false, as PyTorch).
-  DdpOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
+  HG_ARG(bool, find_unused_parameters) = false;
   /// Broadcast rank 0's buffers before every forward in training mode (default true, as PyTorch).
-  DdpOptions& broadcast_buffers(bool v) { broadcast_buffers_ = v; return *this; }
-  double bucket_cap_mb() const { return bucket_cap_mb_; }
-  bool gradient_as_fp32() const { return gradient_as_fp32_; }
-  bool find_unused_parameters() const { return find_unused_parameters_; }
-  bool broadcast_buffers() const { return broadcast_buffers_; }
-
- private:
-  double bucket_cap_mb_ = 25.0;
-  bool gradient_as_fp32_ = false;
-  bool find_unused_parameters_ = false;
-  bool broadcast_buffers_ = true;
+  HG_ARG(bool, broadcast_buffers) = true;
 };
 
 /// A bucket as built at construction: which parameters (names as named_parameters()), in the order

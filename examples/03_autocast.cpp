@@ -2,7 +2,7 @@
 //
 //   build/examples/03_autocast
 //
-// 1. Prints the policy table (amp/autocast.h) and the dtypes a conv -> batch norm -> relu chain
+// 1. Prints the policy table (autocast/autocast.h) and the dtypes a conv -> batch norm -> relu chain
 //    produces inside an AutocastGuard: conv on the FP16 list, batch norm on the FP32 list.
 // 2. Backpropagates a small loss through an FP16 conv with and without GradScaler's factor 2^16 and
 //    shows the output gradient that FP16 flushes to zero without it, and the weight gradient that
@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "ops/ops.h"
 
 using namespace halfgrad;

@@ -4,7 +4,7 @@
 //   build/examples/04_training_loop
 #include <cstdio>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "nn/unet3d.h"
 #include "ops/ops.h"

@@ -16,7 +16,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "amp/grad_stats.h"
 #include "nn/unet3d.h"

@@ -18,7 +18,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/anomaly.h"
 #include "core/error.h"
 #include "nn/batch_norm.h"

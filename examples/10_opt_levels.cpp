@@ -31,7 +31,7 @@
 
 #include <omp.h>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "amp/opt_level.h"
 #include "autograd/node.h"

@@ -25,7 +25,7 @@
 
 #include <omp.h>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/node.h"
 #include "ops/ops.h"
 

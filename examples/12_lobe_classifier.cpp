@@ -37,7 +37,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "autograd/node.h"
 #include "core/cuda/runtime.h"

@@ -35,7 +35,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "amp/grad_stats.h"
 #include "autograd/node.h"

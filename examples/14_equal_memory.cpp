@@ -42,7 +42,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "core/cuda/runtime.h"
 #include "nn/unet3d.h"

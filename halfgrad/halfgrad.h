@@ -9,13 +9,15 @@
 // examples/external/ is such a project. In the tree the same include works (the source root is on
 // the include path).
 #pragma once
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/fp16_inspect.h"
 #include "amp/grad_scaler.h"
 #include "amp/grad_stats.h"
 #include "amp/opt_level.h"
+#include "amp/precision_plan.h"
 #include "amp/precision_report.h"
 #include "autograd/anomaly.h"
+#include "autograd/gradcheck.h"
 #include "autograd/node.h"
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"

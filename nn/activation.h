@@ -9,6 +9,7 @@
 #pragma once
 #include <string>
 
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace halfgrad::nn {
@@ -21,9 +22,7 @@ class ReLU : public Module {
 
 /// LeakyReLUOptions().negative_slope(0.2).
 struct LeakyReLUOptions {
-  LeakyReLUOptions& negative_slope(double s) { negative_slope_ = s; return *this; }
-  double negative_slope() const { return negative_slope_; }
-  double negative_slope_ = 0.01;
+  HG_ARG(double, negative_slope) = 0.01;
 };
 
 class LeakyReLU : public Module {
@@ -57,9 +56,7 @@ class SiLU : public Module {
 /// GELUOptions().approximate("tanh"): "none" (the default, exact erf) or "tanh", as torch.nn.GELU;
 /// another string throws halfgrad::Error when the layer is built.
 struct GELUOptions {
-  GELUOptions& approximate(std::string a) { approximate_ = std::move(a); return *this; }
-  const std::string& approximate() const { return approximate_; }
-  std::string approximate_ = "none";
+  HG_ARG(std::string, approximate) = "none";
 };
 
 class GELU : public Module {

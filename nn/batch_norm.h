@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace halfgrad::nn {
@@ -21,21 +22,11 @@ namespace halfgrad::nn {
 /// BatchNorm3dOptions(C).eps(1e-5).momentum(0.1).affine(true).track_running_stats(true).
 struct BatchNorm3dOptions {
   explicit BatchNorm3dOptions(int64_t num_features) : num_features_(num_features) {}
-  BatchNorm3dOptions& eps(double e) { eps_ = e; return *this; }
-  BatchNorm3dOptions& momentum(double m) { momentum_ = m; return *this; }
-  BatchNorm3dOptions& affine(bool a) { affine_ = a; return *this; }
-  BatchNorm3dOptions& track_running_stats(bool t) { track_running_stats_ = t; return *this; }
-  int64_t num_features() const { return num_features_; }
-  double eps() const { return eps_; }
-  double momentum() const { return momentum_; }
-  bool affine() const { return affine_; }
-  bool track_running_stats() const { return track_running_stats_; }
-
-  int64_t num_features_;
-  double eps_ = 1e-5;
-  double momentum_ = 0.1;
-  bool affine_ = true;
-  bool track_running_stats_ = true;
+  HG_ARG(int64_t, num_features);
+  HG_ARG(double, eps) = 1e-5;
+  HG_ARG(double, momentum) = 0.1;
+  HG_ARG(bool, affine) = true;
+  HG_ARG(bool, track_running_stats) = true;
 };
 
 /// Throws halfgrad::Error from the constructor for num_features < 1, eps <= 0, momentum outside [0, 1].

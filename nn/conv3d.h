@@ -20,35 +20,24 @@
 #pragma once
 #include <cstdint>
 
+#include "core/arg.h"
 #include "core/expanding_array.h"
 #include "nn/module.h"
 
 namespace halfgrad::nn {
 
-/// Conv3dOptions(in, out, kernel).stride(s).padding(p).dilation(d).bias(b); each setter has a getter of
-/// the same name (options.stride()), as libtorch's TORCH_ARG.
+/// Conv3dOptions(in, out, kernel).stride(s).padding(p).dilation(d).bias(b); each option is an HG_ARG
+/// (core/arg.h, libtorch's TORCH_ARG): a chaining setter and a getter of the same name (options.stride()).
 struct Conv3dOptions {
   Conv3dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray<3> kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  Conv3dOptions& stride(ExpandingArray<3> s) { stride_ = s; return *this; }
-  Conv3dOptions& padding(ExpandingArray<3> p) { padding_ = p; return *this; }
-  Conv3dOptions& dilation(ExpandingArray<3> d) { dilation_ = d; return *this; }
-  Conv3dOptions& bias(bool b) { bias_ = b; return *this; }
-  int64_t in_channels() const { return in_channels_; }
-  int64_t out_channels() const { return out_channels_; }
-  const ExpandingArray<3>& kernel_size() const { return kernel_size_; }
-  const ExpandingArray<3>& stride() const { return stride_; }
-  const ExpandingArray<3>& padding() const { return padding_; }
-  const ExpandingArray<3>& dilation() const { return dilation_; }
-  bool bias() const { return bias_; }
-
-  int64_t in_channels_;
-  int64_t out_channels_;
-  ExpandingArray<3> kernel_size_;
-  ExpandingArray<3> stride_ = 1;
-  ExpandingArray<3> padding_ = 0;
-  ExpandingArray<3> dilation_ = 1;
-  bool bias_ = true;
+  HG_ARG(int64_t, in_channels);
+  HG_ARG(int64_t, out_channels);
+  HG_ARG(ExpandingArray<3>, kernel_size);
+  HG_ARG(ExpandingArray<3>, stride) = 1;
+  HG_ARG(ExpandingArray<3>, padding) = 0;
+  HG_ARG(ExpandingArray<3>, dilation) = 1;
+  HG_ARG(bool, bias) = true;
 };
 
 /// ConvTranspose3dOptions(in, out, kernel).stride(s).padding(p).output_padding(op).dilation(d).bias(b),
@@ -56,28 +45,14 @@ struct Conv3dOptions {
 struct ConvTranspose3dOptions {
   ConvTranspose3dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray<3> kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  ConvTranspose3dOptions& stride(ExpandingArray<3> s) { stride_ = s; return *this; }
-  ConvTranspose3dOptions& padding(ExpandingArray<3> p) { padding_ = p; return *this; }
-  ConvTranspose3dOptions& output_padding(ExpandingArray<3> p) { output_padding_ = p; return *this; }
-  ConvTranspose3dOptions& dilation(ExpandingArray<3> d) { dilation_ = d; return *this; }
-  ConvTranspose3dOptions& bias(bool b) { bias_ = b; return *this; }
-  int64_t in_channels() const { return in_channels_; }
-  int64_t out_channels() const { return out_channels_; }
-  const ExpandingArray<3>& kernel_size() const { return kernel_size_; }
-  const ExpandingArray<3>& stride() const { return stride_; }
-  const ExpandingArray<3>& padding() const { return padding_; }
-  const ExpandingArray<3>& output_padding() const { return output_padding_; }
-  const ExpandingArray<3>& dilation() const { return dilation_; }
-  bool bias() const { return bias_; }
-
-  int64_t in_channels_;
-  int64_t out_channels_;
-  ExpandingArray<3> kernel_size_;
-  ExpandingArray<3> stride_ = 1;
-  ExpandingArray<3> padding_ = 0;
-  ExpandingArray<3> output_padding_ = 0;
-  ExpandingArray<3> dilation_ = 1;
-  bool bias_ = true;
+  HG_ARG(int64_t, in_channels);
+  HG_ARG(int64_t, out_channels);
+  HG_ARG(ExpandingArray<3>, kernel_size);
+  HG_ARG(ExpandingArray<3>, stride) = 1;
+  HG_ARG(ExpandingArray<3>, padding) = 0;
+  HG_ARG(ExpandingArray<3>, output_padding) = 0;
+  HG_ARG(ExpandingArray<3>, dilation) = 1;
+  HG_ARG(bool, bias) = true;
 };
 
 /// 3-D convolution layer. Parameters: "weight" (Cout, Cin, kd, kh, kw), "bias" (Cout) when options.bias.

@@ -5,6 +5,7 @@
 // PyTorch's mask, only its distribution (see ops/dropout/dropout.h). libtorch's `inplace` option is
 // not offered: the output is always a new tensor.
 #pragma once
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace halfgrad::nn {
@@ -12,10 +13,7 @@ namespace halfgrad::nn {
 /// DropoutOptions(p = 0.5), as torch::nn::DropoutOptions (without inplace).
 struct DropoutOptions {
   DropoutOptions(double p = 0.5) : p_(p) {}  // implicit, as libtorch's: Dropout(0.2) reads naturally
-  DropoutOptions& p(double v) { p_ = v; return *this; }
-  double p() const { return p_; }
-
-  double p_;
+  HG_ARG(double, p);
 };
 using Dropout3dOptions = DropoutOptions;
 

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace halfgrad::nn {
@@ -16,15 +17,9 @@ namespace halfgrad::nn {
 /// InstanceNorm3dOptions(C).eps(1e-5).affine(false).
 struct InstanceNorm3dOptions {
   explicit InstanceNorm3dOptions(int64_t num_features) : num_features_(num_features) {}
-  InstanceNorm3dOptions& eps(double e) { eps_ = e; return *this; }
-  InstanceNorm3dOptions& affine(bool a) { affine_ = a; return *this; }
-  int64_t num_features() const { return num_features_; }
-  double eps() const { return eps_; }
-  bool affine() const { return affine_; }
-
-  int64_t num_features_;
-  double eps_ = 1e-5;
-  bool affine_ = false;
+  HG_ARG(int64_t, num_features);
+  HG_ARG(double, eps) = 1e-5;
+  HG_ARG(bool, affine) = false;  // PyTorch's default for InstanceNorm (BatchNorm3d's is true)
 };
 
 /// Throws halfgrad::Error from the constructor for num_features < 1 or eps <= 0.

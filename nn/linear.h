@@ -8,11 +8,12 @@
 //   Init as PyTorch's Linear.reset_parameters: weight kaiming_uniform_(a = sqrt(5)) = U(-1/sqrt(in),
 //   1/sqrt(in)), bias U(-1/sqrt(in), 1/sqrt(in)), drawn from the given Generator (PyTorch's
 //   distribution, not its random numbers: nn/init.h).
-//   Autocast: ops::linear is on the FP16 list (amp/autocast.h's row "linear").
+//   Autocast: ops::linear is on the FP16 list (autocast/autocast.h's row "linear").
 // Flatten: ops::flatten(x, start_dim, end_dim); defaults start_dim 1, end_dim -1 as torch.nn.Flatten.
 #pragma once
 #include <cstdint>
 
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace halfgrad::nn {
@@ -20,14 +21,9 @@ namespace halfgrad::nn {
 /// LinearOptions(in_features, out_features).bias(true), as torch::nn::LinearOptions.
 struct LinearOptions {
   LinearOptions(int64_t in_features, int64_t out_features) : in_features_(in_features), out_features_(out_features) {}
-  LinearOptions& bias(bool b) { bias_ = b; return *this; }
-  int64_t in_features() const { return in_features_; }
-  int64_t out_features() const { return out_features_; }
-  bool bias() const { return bias_; }
-
-  int64_t in_features_;
-  int64_t out_features_;
-  bool bias_ = true;
+  HG_ARG(int64_t, in_features);
+  HG_ARG(int64_t, out_features);
+  HG_ARG(bool, bias) = true;
 };
 
 /// Throws halfgrad::Error from the constructor for in_features or out_features < 1.
@@ -47,13 +43,8 @@ class Linear : public Module {
 
 /// FlattenOptions().start_dim(1).end_dim(-1), as torch::nn::FlattenOptions.
 struct FlattenOptions {
-  FlattenOptions& start_dim(int64_t d) { start_dim_ = d; return *this; }
-  FlattenOptions& end_dim(int64_t d) { end_dim_ = d; return *this; }
-  int64_t start_dim() const { return start_dim_; }
-  int64_t end_dim() const { return end_dim_; }
-
-  int64_t start_dim_ = 1;
-  int64_t end_dim_ = -1;
+  HG_ARG(int64_t, start_dim) = 1;
+  HG_ARG(int64_t, end_dim) = -1;
 };
 
 /// No parameters. Errors as ops::flatten (at forward: the dims are checked against the input's rank).

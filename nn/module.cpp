@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/node.h"
 #include "core/error.h"
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace halfgrad::nn {
@@ -21,17 +22,10 @@ namespace halfgrad::nn {
 /// GroupNormOptions(num_groups, num_channels).eps(1e-5).affine(true), as torch::nn::GroupNormOptions.
 struct GroupNormOptions {
   GroupNormOptions(int64_t num_groups, int64_t num_channels) : num_groups_(num_groups), num_channels_(num_channels) {}
-  GroupNormOptions& eps(double e) { eps_ = e; return *this; }
-  GroupNormOptions& affine(bool a) { affine_ = a; return *this; }
-  int64_t num_groups() const { return num_groups_; }
-  int64_t num_channels() const { return num_channels_; }
-  double eps() const { return eps_; }
-  bool affine() const { return affine_; }
-
-  int64_t num_groups_;
-  int64_t num_channels_;
-  double eps_ = 1e-5;
-  bool affine_ = true;
+  HG_ARG(int64_t, num_groups);
+  HG_ARG(int64_t, num_channels);
+  HG_ARG(double, eps) = 1e-5;
+  HG_ARG(bool, affine) = true;
 };
 
 /// Throws halfgrad::Error from the constructor for num_groups < 1, num_channels not divisible by
@@ -51,15 +45,9 @@ class GroupNorm : public Module {
 /// LayerNormOptions({shape...}).eps(1e-5).elementwise_affine(true), as torch::nn::LayerNormOptions.
 struct LayerNormOptions {
   LayerNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
-  LayerNormOptions& eps(double e) { eps_ = e; return *this; }
-  LayerNormOptions& elementwise_affine(bool a) { elementwise_affine_ = a; return *this; }
-  const Shape& normalized_shape() const { return normalized_shape_; }
-  double eps() const { return eps_; }
-  bool elementwise_affine() const { return elementwise_affine_; }
-
-  Shape normalized_shape_;
-  double eps_ = 1e-5;
-  bool elementwise_affine_ = true;
+  HG_ARG(Shape, normalized_shape);
+  HG_ARG(double, eps) = 1e-5;
+  HG_ARG(bool, elementwise_affine) = true;
 };
 
 /// Throws halfgrad::Error from the constructor for an empty normalized_shape, a dim < 1, eps <= 0.

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "core/arg.h"
 #include "core/expanding_array.h"
 #include "nn/module.h"
 
@@ -22,16 +23,9 @@ namespace halfgrad::nn {
 struct MaxPool3dOptions {
   MaxPool3dOptions(ExpandingArray<3> kernel_size)  // NOLINT(google-explicit-constructor): as libtorch
       : kernel_size_(kernel_size), stride_(kernel_size) {}
-  MaxPool3dOptions& kernel_size(ExpandingArray<3> k) { kernel_size_ = k; return *this; }
-  MaxPool3dOptions& stride(ExpandingArray<3> s) { stride_ = s; return *this; }
-  MaxPool3dOptions& padding(ExpandingArray<3> p) { padding_ = p; return *this; }
-  const ExpandingArray<3>& kernel_size() const { return kernel_size_; }
-  const ExpandingArray<3>& stride() const { return stride_; }
-  const ExpandingArray<3>& padding() const { return padding_; }
-
-  ExpandingArray<3> kernel_size_;
-  ExpandingArray<3> stride_;
-  ExpandingArray<3> padding_ = 0;
+  HG_ARG(ExpandingArray<3>, kernel_size);
+  HG_ARG(ExpandingArray<3>, stride);
+  HG_ARG(ExpandingArray<3>, padding) = 0;
 };
 
 /// Throws halfgrad::Error from the constructor for kernel_size or stride < 1, or padding outside
@@ -51,25 +45,12 @@ class MaxPool3d : public Module {
 struct AvgPool3dOptions {
   AvgPool3dOptions(ExpandingArray<3> kernel_size)  // NOLINT(google-explicit-constructor): as libtorch
       : kernel_size_(kernel_size), stride_(kernel_size) {}
-  AvgPool3dOptions& kernel_size(ExpandingArray<3> k) { kernel_size_ = k; return *this; }
-  AvgPool3dOptions& stride(ExpandingArray<3> s) { stride_ = s; return *this; }
-  AvgPool3dOptions& padding(ExpandingArray<3> p) { padding_ = p; return *this; }
-  AvgPool3dOptions& ceil_mode(bool b) { ceil_mode_ = b; return *this; }
-  AvgPool3dOptions& count_include_pad(bool b) { count_include_pad_ = b; return *this; }
-  AvgPool3dOptions& divisor_override(std::optional<int64_t> d) { divisor_override_ = d; return *this; }
-  const ExpandingArray<3>& kernel_size() const { return kernel_size_; }
-  const ExpandingArray<3>& stride() const { return stride_; }
-  const ExpandingArray<3>& padding() const { return padding_; }
-  bool ceil_mode() const { return ceil_mode_; }
-  bool count_include_pad() const { return count_include_pad_; }
-  std::optional<int64_t> divisor_override() const { return divisor_override_; }
-
-  ExpandingArray<3> kernel_size_;
-  ExpandingArray<3> stride_;
-  ExpandingArray<3> padding_ = 0;
-  bool ceil_mode_ = false;
-  bool count_include_pad_ = true;
-  std::optional<int64_t> divisor_override_;
+  HG_ARG(ExpandingArray<3>, kernel_size);
+  HG_ARG(ExpandingArray<3>, stride);
+  HG_ARG(ExpandingArray<3>, padding) = 0;
+  HG_ARG(bool, ceil_mode) = false;
+  HG_ARG(bool, count_include_pad) = true;
+  HG_ARG(std::optional<int64_t>, divisor_override);
 };
 
 /// Throws halfgrad::Error from the constructor for kernel_size or stride < 1, padding outside
@@ -88,10 +69,7 @@ class AvgPool3d : public Module {
 struct AdaptiveAvgPool3dOptions {
   AdaptiveAvgPool3dOptions(ExpandingArray<3> output_size)  // NOLINT(google-explicit-constructor)
       : output_size_(output_size) {}
-  AdaptiveAvgPool3dOptions& output_size(ExpandingArray<3> s) { output_size_ = s; return *this; }
-  const ExpandingArray<3>& output_size() const { return output_size_; }
-
-  ExpandingArray<3> output_size_;
+  HG_ARG(ExpandingArray<3>, output_size);
 };
 
 /// Throws halfgrad::Error from the constructor for an output_size < 1.

@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/arg.h"
 #include "core/json_checked.h"
 
 #include "nn/containers.h"
@@ -43,18 +44,13 @@ enum class NormKind : uint8_t { Batch, Instance, None };
 const char* norm_kind_name(NormKind n);
 
 /// UNet3dOptions().in_channels(1).num_classes(3).channels({16, 32, 64, 128}).bottleneck(256).norm(..);
-/// each setter has a same-named getter (options.bottleneck()).
+/// each option is an HG_ARG (core/arg.h): a chaining setter and a same-named getter (options.bottleneck()).
 struct UNet3dOptions {
-  UNet3dOptions& in_channels(int64_t c) { in_channels_ = c; return *this; }
-  UNet3dOptions& num_classes(int64_t c) { num_classes_ = c; return *this; }
-  UNet3dOptions& channels(std::vector<int64_t> c) { channels_ = std::move(c); return *this; }
-  UNet3dOptions& bottleneck(int64_t c) { bottleneck_ = c; return *this; }
-  UNet3dOptions& norm(NormKind n) { norm_ = n; return *this; }
-  int64_t in_channels() const { return in_channels_; }
-  int64_t num_classes() const { return num_classes_; }
-  const std::vector<int64_t>& channels() const { return channels_; }
-  int64_t bottleneck() const { return bottleneck_; }
-  NormKind norm() const { return norm_; }
+  HG_ARG(int64_t, in_channels) = 1;
+  HG_ARG(int64_t, num_classes) = 3;
+  HG_ARG(std::vector<int64_t>, channels) = {16, 32, 64, 128};
+  HG_ARG(int64_t, bottleneck) = 256;
+  HG_ARG(NormKind, norm) = NormKind::Batch;
 
   /// Half the reference's widths, for training on a CPU: channels {8, 16, 32, 64}, bottleneck 128,
   /// 1,412,523 parameters (about 4x fewer than the default, and about 4x fewer conv FLOPs per voxel).
@@ -94,12 +90,6 @@ struct UNet3dOptions {
     return in_channels_ == o.in_channels_ && num_classes_ == o.num_classes_ && channels_ == o.channels_ &&
            bottleneck_ == o.bottleneck_ && norm_ == o.norm_;
   }
-
-  int64_t in_channels_ = 1;
-  int64_t num_classes_ = 3;
-  std::vector<int64_t> channels_ = {16, 32, 64, 128};
-  int64_t bottleneck_ = 256;
-  NormKind norm_ = NormKind::Batch;
 };
 
 /// Throws halfgrad::Error from the constructor for an empty `channels` list or any width < 1.

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/arg.h"
 #include "core/expanding_array.h"
 #include "nn/module.h"
 
@@ -29,19 +30,18 @@ inline constexpr UpsampleMode kTrilinear = UpsampleMode::Trilinear;
 /// As torch::nn::UpsampleOptions (mode defaults to kNearest, align_corners unset; the setters take the
 /// lists themselves, so that `.scale_factor({2, 2, 2})` reads as in libtorch).
 struct UpsampleOptions {
+  // size and scale_factor are written by hand, not HG_ARG: their setters take the list and store it
+  // in the optional (an HG_ARG setter would take the optional, and `.size({16, 32, 32})` would not
+  // compile).
   UpsampleOptions& size(std::vector<int64_t> s) { size_ = std::move(s); return *this; }
   UpsampleOptions& scale_factor(std::vector<double> f) { scale_factor_ = std::move(f); return *this; }
-  UpsampleOptions& mode(UpsampleMode m) { mode_ = m; return *this; }
-  UpsampleOptions& align_corners(std::optional<bool> a) { align_corners_ = a; return *this; }
   const std::optional<std::vector<int64_t>>& size() const { return size_; }
   const std::optional<std::vector<double>>& scale_factor() const { return scale_factor_; }
-  UpsampleMode mode() const { return mode_; }
-  std::optional<bool> align_corners() const { return align_corners_; }
-
   std::optional<std::vector<int64_t>> size_;
   std::optional<std::vector<double>> scale_factor_;
-  UpsampleMode mode_ = kNearest;
-  std::optional<bool> align_corners_;
+
+  HG_ARG(UpsampleMode, mode) = kNearest;
+  HG_ARG(std::optional<bool>, align_corners);
 };
 
 class Upsample : public Module {

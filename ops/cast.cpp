@@ -6,11 +6,11 @@
 // Under autocast the FP16 (or BF16) copies of FP32 weights are made by this op, so the weights' gradients come
 // back through it in FP32 (the master copy's dtype).
 //
-// ops::autocast_cast is the same cast with the weight-cast cache in front (amp/autocast.h says why the
+// ops::autocast_cast is the same cast with the weight-cast cache in front (autocast/autocast.h says why the
 // cache keeps only tensors and this op makes them): within one enabled autocast region an FP32 leaf
 // weight is converted to the region's lower dtype (FP16 or BF16) once, and every op that reads it gets
 // that one tensor.
-#include "amp/cast_stats.h"
+#include "autocast/cast_stats.h"
 #include "ops/common.h"
 
 namespace halfgrad {
@@ -43,7 +43,7 @@ Tensor Tensor::to(Dtype d) const {
   HG_CHECK(is_floating(d) || !requires_grad(), "to: cannot cast a tensor that requires grad to " << dtype_name(d));
   Tensor y = cast_copy(d);
   const Dtype src = dtype();
-  amp::count_cast(src, d, numel());  // amp/cast_stats.h: the precision report's cast counter
+  amp::count_cast(src, d, numel());  // autocast/cast_stats.h: the precision report's cast counter
   return autograd::record("to", y, {*this}, {}, [src](const Tensor& gy) -> std::vector<Tensor> {
     if (gy.dtype() != src) amp::count_cast(gy.dtype(), src, gy.numel(), amp::CastPass::Backward);
     return {gy.cast_copy(src)};

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/node.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -34,7 +34,7 @@ void check_dim(const char* op, const char* what, const Tensor& t, int64_t d, con
 
 /// The cast an op makes of an operand for autocast: x.to(dt), except that an FP32 leaf weight with
 /// requires_grad cast to the region's lower dtype (amp::autocast_lower_dtype: FP16 or BF16) inside an
-/// enabled AutocastGuard, with grad mode on, is cast once per region and reused (the weight-cast cache of amp/autocast.h, as PyTorch's autocast `cached_cast`).
+/// enabled AutocastGuard, with grad mode on, is cast once per region and reused (the weight-cast cache of autocast/autocast.h, as PyTorch's autocast `cached_cast`).
 /// Differentiable either way: the gradient of every use flows back through the one cast to `x` in FP32.
 /// A cached cast whose tape node was already consumed by a backward inside the region is made again.
 /// Same errors as Tensor::to.

@@ -41,30 +41,28 @@
 #pragma once
 #include <tuple>
 
+#include "core/arg.h"
 #include "optim/optimizer.h"
 
 namespace halfgrad::optim {
 
 class AdamWOptions : public OptimizerOptions {
  public:
+  /// (beta1, beta2); an alias because HG_ARG's type cannot contain a comma (libtorch's adam.h does the same).
+  using betas_t = std::tuple<double, double>;
+
   /// PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2.
   explicit AdamWOptions(double lr = 1e-3) : lr_(lr) {}
 
-  AdamWOptions& lr(double v) { lr_ = v; return *this; }
-  AdamWOptions& betas(const std::tuple<double, double>& v) { betas_ = v; return *this; }
-  AdamWOptions& eps(double v) { eps_ = v; return *this; }
-  AdamWOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  HG_ARG(double, lr);
+  HG_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);
+  HG_ARG(double, eps) = 1e-8;
+  HG_ARG(double, weight_decay) = 1e-2;
   /// halfgrad's switch: false updates Float16 parameters in place with Float16 moments and no FP32
   /// master (pure FP16, see above). Default true. No effect on Float32 / Float64 parameters.
-  AdamWOptions& master_weights(bool v) { master_weights_ = v; return *this; }
+  HG_ARG(bool, master_weights) = true;
   /// Device-side lr and step counts for CUDA parameters (see the file comment). Default false.
-  AdamWOptions& capturable(bool v) { capturable_ = v; return *this; }
-  double lr() const { return lr_; }
-  bool master_weights() const { return master_weights_; }
-  bool capturable() const { return capturable_; }
-  const std::tuple<double, double>& betas() const { return betas_; }
-  double eps() const { return eps_; }
-  double weight_decay() const { return weight_decay_; }
+  HG_ARG(bool, capturable) = false;
 
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamWOptions>(*this); }
   double get_lr() const override { return lr_; }
@@ -73,14 +71,6 @@ class AdamWOptions : public OptimizerOptions {
   void validate() const override;
   nlohmann::json to_json() const override;
   void from_json(const json_checked::Field& j) override;
-
- private:
-  double lr_;
-  std::tuple<double, double> betas_{0.9, 0.999};
-  double eps_ = 1e-8;
-  double weight_decay_ = 1e-2;
-  bool master_weights_ = true;
-  bool capturable_ = false;
 };
 
 struct AdamWParamState : OptimizerParamState {

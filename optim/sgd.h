@@ -11,6 +11,7 @@
 // Elementwise in the parameter's precision (FP32, or FP64), each double scalar rounded to it first.
 // A Float16 or BFloat16 parameter is updated through an FP32 master weight and FP32 buffer (optimizer.h).
 #pragma once
+#include "core/arg.h"
 #include "optim/optimizer.h"
 
 namespace halfgrad::optim {
@@ -20,16 +21,11 @@ class SGDOptions : public OptimizerOptions {
   /// lr has no default, as in PyTorch; momentum, dampening and weight_decay default to 0.
   explicit SGDOptions(double lr) : lr_(lr) {}
 
-  SGDOptions& lr(double v) { lr_ = v; return *this; }
-  SGDOptions& momentum(double v) { momentum_ = v; return *this; }
-  SGDOptions& dampening(double v) { dampening_ = v; return *this; }
-  SGDOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
-  SGDOptions& nesterov(bool v) { nesterov_ = v; return *this; }
-  double lr() const { return lr_; }
-  double momentum() const { return momentum_; }
-  double dampening() const { return dampening_; }
-  double weight_decay() const { return weight_decay_; }
-  bool nesterov() const { return nesterov_; }
+  HG_ARG(double, lr);
+  HG_ARG(double, momentum) = 0.0;
+  HG_ARG(double, dampening) = 0.0;
+  HG_ARG(double, weight_decay) = 0.0;
+  HG_ARG(bool, nesterov) = false;
 
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<SGDOptions>(*this); }
   double get_lr() const override { return lr_; }
@@ -38,13 +34,6 @@ class SGDOptions : public OptimizerOptions {
   void validate() const override;
   nlohmann::json to_json() const override;
   void from_json(const json_checked::Field& j) override;
-
- private:
-  double lr_;
-  double momentum_ = 0.0;
-  double dampening_ = 0.0;
-  double weight_decay_ = 0.0;
-  bool nesterov_ = false;
 };
 
 struct SGDParamState : OptimizerParamState {

@@ -8,6 +8,9 @@
 #                      run replaces the first (--overwrite is passed for it, and the program prints
 #                      what it removed). A folder given with --out is protected as always: it is
 #                      refused if it holds a run, unless --overwrite is given too.
+# It builds only what it runs: the halfgrad-unet3d program, for the CPU where no GPU answers
+# nvidia-smi, else with the CUDA backend for the present GPU's architecture alone (no tests, no
+# benchmarks, no GEMM ladder: tools/test.sh builds those).
 # TRAIN_DEFAULT_PRINT=1 prints the command instead of building and running it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,5 +33,17 @@ if [[ ${TRAIN_DEFAULT_PRINT:-} == 1 ]]; then
   echo "${cmd[*]}"
   exit 0
 fi
-bash tools/build.sh
+bash tools/install_deps.sh
+# The present GPU's compute capability ("9.0" -> 90), or nothing when there is none.
+arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ' || true)
+if [[ $arch =~ ^[0-9]+$ ]]; then
+  backend=(-DHALFGRAD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${arch}-real")
+  echo "train_default.sh: building halfgrad-unet3d with the CUDA backend for sm_${arch}"
+else
+  backend=(-DHALFGRAD_CUDA=OFF)
+  echo "train_default.sh: no GPU answers nvidia-smi: building halfgrad-unet3d for the CPU"
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${backend[@]}" -DBUILD_TESTING=OFF -DHALFGRAD_BENCH=OFF \
+    | grep -E "halfgrad|Error|error" || true
+cmake --build build -j"$(nproc)" --target halfgrad-unet3d
 exec "${cmd[@]}"

@@ -4,7 +4,7 @@
 // double (Float64). sigmoid and tanh save their output, silu and gelu their input, as PyTorch does.
 #include "ops/activation/smooth.h"
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/nvtx.h"
 #include "ops/activation/pointwise_cpu.h"
 #include "ops/activation/smooth_math.h"

@@ -1,5 +1,5 @@
 // smooth.h - the smooth pointwise activations: sigmoid, tanh, silu and gelu (run in the input's
-// dtype: on no autocast list, as in PyTorch's CUDA autocast; amp/autocast.h's table).
+// dtype: on no autocast list, as in PyTorch's CUDA autocast; autocast/autocast.h's table).
 //   sigmoid    y = 1 / (1 + exp(-x))                        dx = dy * y * (1 - y)          (saves y)
 //   tanh       y = tanh(x)                                   dx = dy * (1 - y^2)            (saves y)
 //   silu       y = x * s,  s = sigmoid(x)                    dx = dy * s * (1 + x (1 - s))  (saves x)
@@ -11,7 +11,7 @@
 // torch.nn.functional.gelu(approximate='none' | 'tanh') (Hendrycks & Gimpel 2016); the backward
 // formulas are PyTorch's (aten/src/ATen/native/cpu/Activation.cpp), including where they give NaN:
 // silu and gelu at x = -inf (0 * inf), as PyTorch does. NaN in gives NaN out and NaN gradient.
-// Autocast: on no list (amp/autocast.h's rows sigmoid, tanh, silu, gelu): the input's dtype, unless
+// Autocast: on no list (autocast/autocast.h's rows sigmoid, tanh, silu, gelu): the input's dtype, unless
 // amp::set_op_fp32 / --fp32-op moved the op to FP32, when the input is cast (differentiably) first.
 // Shapes: any; y has x's shape, dtype and memory format. Float16 is computed in FP32 and rounded once;
 // float64 in double. CPU (contiguous) or CUDA (NCDHW or NDHWC).

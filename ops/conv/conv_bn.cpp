@@ -10,7 +10,7 @@
 // differentiable casts (autocast_cast), as conv3d's; gamma / beta gradients are FP32.
 #include "ops/conv/conv_bn.h"
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/node.h"
 #include "core/error.h"
 #include "core/nvtx.h"

@@ -18,7 +18,7 @@
 // Precision: as the unfused chain under autocast: 16-bit activations, FP32 accumulation and statistics
 // (FP64 across tiles), FP32 affine and running buffers; results agree with it to FP16 rounding, not bit
 // for bit (the statistics are summed in another order).
-// Autocast: the row ConvBnRelu of amp/autocast.h (the conv's list: operands to FP16/BF16).
+// Autocast: the row ConvBnRelu of autocast/autocast.h (the conv's list: operands to FP16/BF16).
 #pragma once
 #include "core/tensor.h"
 #include "ops/norm/norm.h"

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/nvtx.h"
 #include "ops/common.h"
 #include "ops/dropout/dropout_math.h"

@@ -5,7 +5,7 @@
 // PyTorch does.
 #include "ops/elementwise/sqrt_clamp.h"
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/nvtx.h"
 #include "ops/activation/pointwise_cpu.h"
 #include "ops/common.h"

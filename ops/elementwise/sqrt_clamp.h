@@ -8,7 +8,7 @@
 //                      CUDA kernel does (its CPU kernel rounds them to float16 first).
 // Sources: PyTorch's tools/autograd/derivatives.yaml (sqrt: grad / (2 * result); clamp:
 // clamp_backward, a mask with both ends included).
-// Autocast: on no list, as PyTorch (amp/autocast.h rows sqrt, clamp): the input's dtype, unless
+// Autocast: on no list, as PyTorch (autocast/autocast.h rows sqrt, clamp): the input's dtype, unless
 // amp::set_op_fp32 / --fp32-op moved the op to FP32, when the input is cast (differentiably) first.
 // Shapes: any; y has x's shape, dtype and memory format. Float16 is computed in FP32 and rounded
 // once; float64 in double. CPU (contiguous) or CUDA (NCDHW or NDHWC).

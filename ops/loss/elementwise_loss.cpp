@@ -6,7 +6,7 @@
 // CPU: one parallel loop in float (Float32; Float16 through FP32 copies, rounded once) or double.
 #include "ops/loss/elementwise_loss.h"
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/nvtx.h"
 #include "ops/common.h"
 #include "ops/elementwise/elementwise.h"

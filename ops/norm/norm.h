@@ -1,5 +1,5 @@
 // norm.h - batch, instance and group normalisation. Under autocast batch_norm and instance_norm are on
-// no list (amp/autocast.h's table, as in PyTorch): they run in their input's dtype, FP16 in gives FP16
+// no list (autocast/autocast.h's table, as in PyTorch): they run in their input's dtype, FP16 in gives FP16
 // out, while the statistics are summed in FP32 and the affine weights and running statistics stay
 // FP32 inside the op. group_norm is on the FP32 list (below).
 //

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "ops/common.h"
 #include "ops/pool/pool_shape.h"
 #include "ops/pool/separable_map.h"

@@ -18,7 +18,7 @@
 //   axis is the global average pool; output = input size is the identity.
 // Both are separable linear maps (ops/pool/separable_map.h): the divisor is applied as a product of
 // per-axis reciprocals, which differs from PyTorch's sum-then-divide in the last bit at most.
-// Dtype: on no autocast list, as in PyTorch (amp/autocast.h rows avg_pool3d, adaptive_avg_pool3d):
+// Dtype: on no autocast list, as in PyTorch (autocast/autocast.h rows avg_pool3d, adaptive_avg_pool3d):
 // the input's dtype, FP32 sums inside, 16-bit rounded once. Device: CPU (NCDHW, float32 / float16 / bfloat16 /
 // float64) or CUDA (float32 / float16 / bfloat16, NCDHW or NDHWC; y and dx keep x's memory format).
 // Errors (halfgrad::Error naming the op): x not 5-D or not floating; kernel or stride < 1; padding < 0

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <memory>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "ops/common.h"
 #include "ops/pool/separable_map.h"
 
@@ -91,7 +91,7 @@ Shape upsample_output_size(const char* op, const Shape& xs, const std::vector<do
 
 Tensor upsample_nearest3d(const Tensor& x_in, const ExpandingArray<3>& size, const std::vector<double>& scales) {
   check_args("upsample_nearest3d", x_in, size, scales);
-  // PyTorch's fp32 list: an FP16 input runs in FP32 under autocast (amp/autocast.h, row upsample).
+  // PyTorch's fp32 list: an FP16 input runs in FP32 under autocast (autocast/autocast.h, row upsample).
   const Tensor x = x_in.to(amp::autocast_dtype(amp::OpKind::Upsample, {x_in.dtype()}));
   auto map = std::make_shared<detail::VolumeMap>();
   for (size_t a = 0; a < 3; ++a) (*map)[a] = nearest_axis(x.shape()[2 + a], size[a], scales, a);

@@ -16,7 +16,7 @@
 //              double for float64, as PyTorch's CPU kernels (opmath type).
 //   Source: aten/src/ATen/native/UpSample.h and cpu/UpSampleKernel.cpp (PyTorch 1.13).
 // Both are separable linear maps (ops/pool/separable_map.h). Sums in FP32 (double for float64).
-// Dtype: both use the `upsample` row of amp/autocast.h, PyTorch's fp32 list (which holds
+// Dtype: both use the `upsample` row of autocast/autocast.h, PyTorch's fp32 list (which holds
 // upsample_nearest3d as well as upsample_trilinear3d): under autocast an FP16 input is cast to FP32
 // and the output is FP32; outside autocast the input's dtype. Device: CPU (NCDHW) or CUDA (float32 /
 // float16, NCDHW or NDHWC; y and dx keep x's memory format).

@@ -8,7 +8,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "autograd/node.h"
 #include "core/error.h"

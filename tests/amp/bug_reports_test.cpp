@@ -19,7 +19,7 @@
 
 #include <unistd.h>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "amp/opt_level.h"
 #include "core/error.h"

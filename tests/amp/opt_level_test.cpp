@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "amp/opt_level.h"
 #include "core/error.h"

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/precision_report.h"
 #include "core/error.h"
 #include "ops/activation/activation.h"

@@ -4,7 +4,7 @@
 #include <string>
 #include <thread>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/node.h"
 #include "core/error.h"
 #include "ops/activation/activation.h"

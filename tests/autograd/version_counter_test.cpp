@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"

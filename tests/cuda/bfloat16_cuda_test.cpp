@@ -12,7 +12,7 @@
 #include <limits>
 #include <random>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "ops/ops.h"
 #include "optim/adamw.h"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "ops/conv/conv3d.h"
 #include "tests/check_error.h"
 #include "tests/cuda/cuda_test.h"

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "nn/conv_bn_relu.h"
 #include "ops/activation/activation.h"
 #include "ops/conv/conv3d.h"

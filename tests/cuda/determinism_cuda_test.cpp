@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "amp/grad_stats.h"
 #include "amp/precision_report.h"

@@ -2,7 +2,7 @@
 // same shape in mixed formats, 0-d and one-element scalars, per-channel (1,C,1,1,1) and (C,1,1,1),
 // general broadcasts), the unary ops, sum_to_shape; float32 and float16, NCDHW and NDHWC, forward and
 // gradients through backward(); errors for mixed devices and float64 on CUDA.
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "ops/elementwise/elementwise.h"
 #include "tests/check_error.h"
 #include "tests/cuda/cpu_reference.h"

@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "ops/loss/elementwise_loss.h"
 #include "tests/cuda/cpu_reference.h"
 

@@ -2,7 +2,7 @@
 // channels-last 5-D input give the CPU's values and gradients; under autocast Linear runs in FP16 (the
 // FP16 list) with FP32 weight gradients; flatten of a channels-last input keeps the logical order.
 // (ops::linear itself: matmul_cuda_test.cpp.)
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "nn/linear.h"
 #include "ops/matmul/matmul.h"
 #include "ops/reduce/reduce.h"

@@ -2,7 +2,7 @@
 // GEMM; odd sizes (1x1x1, 17x33x5, 64x3x27, 100x70x90, and one above a 128x256 tile); forward and
 // every gradient (the backward GEMMs use the transposed layouts); linear with and without bias, and
 // under autocast (float32 weights cast to float16 once, gradients back in float32).
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "ops/matmul/matmul.h"
 #include "tests/check_error.h"
 #include "tests/cuda/cpu_reference.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "ops/norm/layer_norm.h"
 #include "ops/norm/norm.h"
 #include "tests/check_error.h"

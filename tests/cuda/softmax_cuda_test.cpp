@@ -1,7 +1,7 @@
 // CUDA softmax / log_softmax against the CPU ops: along every dim of (2,3,5,7,6) and (1,17,3,4,5)
 // (the U-Net's dim 1 = classes), NCDHW and NDHWC, float32 and float16, long rows (a warp per row)
 // and short ones (a thread per row), forward and gradients through backward().
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "ops/softmax/softmax.h"
 #include "tests/check_error.h"
 #include "tests/cuda/cpu_reference.h"

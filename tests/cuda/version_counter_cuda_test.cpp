@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "autograd/node.h"
 #include "tests/check_error.h"

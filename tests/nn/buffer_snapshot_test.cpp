@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"

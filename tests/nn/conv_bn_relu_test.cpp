@@ -3,7 +3,7 @@
 // the Sequential's, bit for bit. Its fused CUDA path is tested in tests/cuda/conv_bn_relu_cuda_test.cpp.
 #include <doctest/doctest.h>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/error.h"
 #include "nn/nn.h"
 #include "nn/conv_bn_relu.h"
@@ -65,7 +65,7 @@ TEST_CASE("nn: ConvBnReluPair float32 CPU forward and backward equal the plain S
 }
 
 TEST_CASE("ops: conv_bn_relu_pair is on the conv's autocast list and never fuses a CPU input (it names itself)") {
-  // ops/conv/conv_bn.h: "the row ConvBnRelu of amp/autocast.h (the conv's list: operands to FP16/BF16)".
+  // ops/conv/conv_bn.h: "the row ConvBnRelu of autocast/autocast.h (the conv's list: operands to FP16/BF16)".
   CHECK(amp::default_policy(amp::OpKind::ConvBnRelu) == amp::CastPolicy::Lower);
   CHECK(amp::default_policy(amp::OpKind::ConvBnRelu) == amp::default_policy(amp::OpKind::Conv3d));
   Generator g(1);

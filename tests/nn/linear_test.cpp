@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/error.h"
 #include "nn/linear.h"
 #include "tests/check_error.h"

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/error.h"
 #include "nn/nn.h"
 #include "ops/ops.h"

@@ -1,7 +1,7 @@
 // UNet3d: parameter counts against the PyTorch reference, names, forward/backward, shape errors.
 #include <doctest/doctest.h>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/error.h"
 #include "nn/nn.h"
 #include "ops/ops.h"

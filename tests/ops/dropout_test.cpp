@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/error.h"
 #include "ops/dropout/dropout.h"
 #include "tests/check_error.h"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <functional>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/gradcheck.h"
 #include "core/error.h"
 #include "ops/loss/elementwise_loss.h"

@@ -3,7 +3,7 @@
 // float32 and float64; float16 operands against the float32 result.
 #include <doctest/doctest.h>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "ops/elementwise/elementwise.h"
 #include "ops/reduce/reduce.h"
 #include "tests/golden.h"

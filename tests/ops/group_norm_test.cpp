@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/gradcheck.h"
 #include "core/error.h"
 #include "ops/norm/layer_norm.h"

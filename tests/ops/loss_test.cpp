@@ -4,7 +4,7 @@
 // halfgrad ops on a volume of several tiles, float16 / autocast dtypes, and bad targets.
 #include <doctest/doctest.h>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/gradcheck.h"
 #include "core/error.h"
 #include "ops/elementwise/elementwise.h"

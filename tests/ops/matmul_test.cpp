@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/gradcheck.h"
 #include "core/error.h"
 #include "ops/matmul/matmul.h"

@@ -8,7 +8,7 @@
 #include <functional>
 #include <limits>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/gradcheck.h"
 #include "core/error.h"
 #include "nn/activation.h"

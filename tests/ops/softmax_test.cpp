@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "autograd/gradcheck.h"
 #include "core/error.h"
 #include "ops/softmax/softmax.h"

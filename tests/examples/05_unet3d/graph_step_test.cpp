@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "core/error.h"
 #include "amp/grad_scaler.h"
 #include "nn/buffer_snapshot.h"

@@ -7,7 +7,7 @@
 
 #include <doctest/doctest.h>
 
-#include "amp/autocast.h"
+#include "autocast/autocast.h"
 #include "amp/grad_scaler.h"
 #include "autograd/node.h"
 #include "core/allocator.h"
