@@ -399,6 +399,13 @@ RawVolume read_raw(RawInput& raw, const std::string& name, const NiftiReadOption
       HG_CHECK(std::isfinite(geom->affine[4 * r + c]), where << "the affine built from the header holds a non-finite "
                                                                 "number; expected a valid qform or sform");
     }
+  geom->has_qform = nim->qform_code > 0;
+  if (geom->has_qform)
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) {
+        geom->qform[4 * r + c] = nim->qto_xyz.m[r][c] * (r < 3 ? mm : 1.0);
+        HG_CHECK(std::isfinite(geom->qform[4 * r + c]), where << "the qform's affine holds a non-finite number; expected finite");
+      }
 
   // The extension area between the header and vox_offset, then the voxels. A gzip file's buffer
   // grows in chunks as data arrives, so a header that claims more than the stream holds costs
@@ -669,6 +676,16 @@ void check_same_geometry(const Volume& image, const std::string& image_path, con
                  << "affine (voxel -> mm, rows x y z) " << affine_rows(label.affine) << " against "
                  << affine_rows(image.affine) << "; expected them to agree within " << kGeometryAtol << " mm + "
                  << kGeometryRtol << " relative (a flipped, shifted or resampled label map would mislabel voxels)");
+  if (image.has_qform && label.has_qform) {
+    bool qform_ok = true;
+    for (size_t i = 0; i < 12; ++i) qform_ok = qform_ok && geometry_close(label.qform[i], image.qform[i]);
+    HG_CHECK(qform_ok, where << ": label " << label_path << " and image " << image_path
+                             << " agree in their sforms but not in their qforms: " << affine_rows(label.qform)
+                             << " against " << affine_rows(image.qform) << "; expected them to agree within "
+                             << kGeometryAtol << " mm + " << kGeometryRtol
+                             << " relative (a reader that takes the qform, as ITK may, would see the label flipped or "
+                                "shifted)");
+  }
 }
 
 Volume read_nifti(const std::string& path, const NiftiReadOptions& options) {

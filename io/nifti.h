@@ -44,6 +44,11 @@ struct Volume {
   /// and k z (D). Taken from the sform when the file has one, else from the qform (which nifticlib
   /// builds from pixdim when the file has neither). Keep it consistent with `spacing` when writing.
   std::array<double, 16> affine{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+  /// The qform's affine (same layout and units) when the file has a qform (qform_code > 0) beside
+  /// the sform `affine` came from; check_same_geometry compares it too, since readers differ in which
+  /// of the two they take (ITK, which nnU-Net reads through, may take the qform).
+  bool has_qform = false;
+  std::array<double, 16> qform{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
   /// The file's 348-byte NIfTI-1 header as read (byte-swapped to native order when the file was
   /// big-endian; a nifti_1_header's bytes), so that a result can be written with exactly the input's
   /// geometry (write_label_nifti, write_probabilities_nifti). Empty for a Volume made in memory.
@@ -95,7 +100,8 @@ constexpr double kGeometryAtol = 1e-4;
 constexpr double kGeometryRtol = 1e-5;
 
 /// Throws halfgrad::Error unless `label` lies on `image`'s voxel grid in the world: the same
-/// (D, H, W), the same spacing and the same affine (voxel -> mm) within the tolerances above; a
+/// (D, H, W), the same spacing and the same affine (voxel -> mm) within the tolerances above, and the
+/// same qform where both files have one; a
 /// label map whose axes are flipped, shifted or scaled relative to its image would train the network
 /// on voxels that are not the ones labelled. The message starts "<where>: ", names both files and
 /// gives both spacings and both affines (their first three rows).

@@ -202,18 +202,41 @@ TEST_CASE("hostile 3: a label map whose affine or spacing differs from its image
     io::write_nifti(label, volume(lab.data, {-1, 0, 0, 100, 0, -1, 0, 100, 0, 0, 1, 0, 0, 0, 0, 1}));
   }
   SUBCASE("another voxel size") { io::write_nifti(label, volume(lab.data, {1.2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}, {1, 1, 1.2})); }
-  const std::vector<std::string> parts = {"case_1.nii.gz", "are not on the same grid", "affine (voxel -> mm"};
+  std::vector<std::string> parts = {"case_1.nii.gz", "are not on the same grid", "affine (voxel -> mm"};
+  std::string predict_input = data + "/imagesTr/case_1.nii.gz", grid_text = "are not on the same grid";
+  SUBCASE("the same sform, but a qform flipped in z (qfac -1) and shifted by 49 mm") {
+    io::write_nifti(dir.file("plain.nii"), volume(lab.data));
+    std::string bytes = slurp(dir.file("plain.nii"));
+    float qfac, qoffset_x;
+    std::memcpy(&qfac, &bytes[76], 4);  // pixdim[0]
+    std::memcpy(&qoffset_x, &bytes[268], 4);
+    qfac = -1;
+    qoffset_x += 49;
+    std::memcpy(&bytes[76], &qfac, 4);
+    std::memcpy(&bytes[268], &qoffset_x, 4);
+    fs::remove(label);
+    const std::string label_nii = data + "/labelsTr/case_1.nii";
+    std::ofstream(label_nii, std::ios::binary) << bytes;
+    std::string text = slurp(data + "/dataset.json");
+    text.replace(text.find("./labelsTr/case_1.nii.gz"), 24, "./labelsTr/case_1.nii");
+    std::ofstream(data + "/dataset.json") << text;
+    parts = {"case_1.nii", "agree in their sforms but not in their qforms", "ITK"};
+    grid_text = "not in their qforms";
+    fs::create_directories(dir.file("in"));
+    predict_input = dir.file("in/case_1.nii");  // predict --labels looks for the input's file name
+    io::write_nifti(predict_input, io::read_nifti(data + "/imagesTr/case_1.nii.gz"));
+  }
   check_error([&] { run(tiny_train(data, dir.file("run"))); }, parts);
   CHECK_FALSE(fs::exists(dir.file("run")));
   Trained t;
   check_error([&] { run({"eval", "--checkpoint", t.run_dir, "--data", data}); }, parts);
   const std::string out = dir.file("case_1.nii.gz");
   const CapturedStderr err;
-  const int status = run({"predict", "--checkpoint", t.run_dir, "--input", data + "/imagesTr/case_1.nii.gz", "--output",
+  const int status = run({"predict", "--checkpoint", t.run_dir, "--input", predict_input, "--output",
                           out, "--labels", data + "/labelsTr", "--no-progress"});
   CHECK(status == 1);  // that volume failed, and wrote nothing
   CHECK_FALSE(fs::exists(out));
-  CHECK_MESSAGE(err.text().find("are not on the same grid") != std::string::npos, err.text());
+  CHECK_MESSAGE(err.text().find(grid_text) != std::string::npos, err.text());
 }
 
 TEST_CASE("hostile 4: --grad-stats naming an existing file is refused unless --overwrite, and never a run file") {
