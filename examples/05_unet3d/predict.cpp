@@ -231,8 +231,13 @@ int run_predict(const PredictArgs& a) {
         HG_FAIL("halfgrad-unet3d predict: " << j.input << ": the network's output holds " << bad.count
                                             << " non-finite logit(s) (the first, " << bad.value << ", at flat index "
                                             << bad.first << " of (classes, D, H, W) " << shape_str(logits.shape())
-                                            << "); nothing was written for it (at " << amp::opt_level_name(tm.plan.level)
-                                            << " an FP16 overflow? try the FP32 model, or --fp32-module)");
+                                            << "); nothing was written for it ("
+                                            << (tm.plan.level == amp::OptLevel::O0
+                                                    ? std::string("an FP32 model: its weights are finite (checked at load), so "
+                                                                  "some are too large, or a BatchNorm variance is negative")
+                                                    : std::string("at ") + amp::opt_level_name(tm.plan.level) +
+                                                          ": an FP16 overflow? try the FP32 model, or --fp32-module")
+                                            << ")");
       }
       const Tensor labels = ops::argmax(logits, 0);  // (D, H, W) int64
       io::Volume ref;

@@ -10,9 +10,12 @@
 // late, and the label check and the skipped-step count are read once an epoch.
 #include "examples/05_unet3d/train.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -95,9 +98,13 @@ static std::vector<double> validate(nn::UNet3d& model, const std::vector<SegVolu
     // A NaN logit argmaxes to a class without a word and scores a plausible Dice: refuse it.
     HG_CHECK(!any_nonfinite(logits),
              "halfgrad-unet3d: validation of " << v.name << ": the network's output holds NaN or inf ("
-                                               << amp::opt_level_name(mp.level)
-                                               << "); the weights or the BatchNorm statistics are not finite, or an FP16 "
-                                                  "forward overflowed (try --fp32-module or the FP32 model)");
+                                               << amp::opt_level_name(mp.level) << "): "
+                                               << (mp.level == amp::OptLevel::O0
+                                                       ? "the weights or the BatchNorm statistics are too large or not "
+                                                         "finite, or a variance is negative"
+                                                       : "the weights or the BatchNorm statistics are too large or not "
+                                                         "finite, or an FP16 forward overflowed (try --fp32-module or "
+                                                         "the FP32 model)"));
     Tensor pred = ops::argmax(logits, 1).copy_to(Device::CPU).view_as_shape(s);
     std::vector<double> d = dice_per_class(pred, v.label, num_classes);
     if (on_volume) on_volume(v, pred);
@@ -165,6 +172,14 @@ static void check_grad_stats_path(const TrainArgs& a) {
   HG_CHECK(!fs::exists(st) || a.overwrite,
            "halfgrad-unet3d train: --grad-stats " << a.grad_stats << " exists already; pass --overwrite to replace it, "
                                                   << "or choose another file");
+  // Its folder must take the file now, not after the data has loaded (the run folder is made later).
+  const fs::path parent = fs::path(a.grad_stats).has_parent_path() ? fs::path(a.grad_stats).parent_path() : fs::path(".");
+  if (fs::weakly_canonical(parent, ec) == fs::weakly_canonical(a.out, ec)) return;
+  const bool is_dir = fs::is_directory(parent, ec);
+  HG_CHECK(is_dir && ::access(parent.c_str(), W_OK | X_OK) == 0,
+           "halfgrad-unet3d train: --grad-stats " << a.grad_stats << ": cannot write into " << parent.string() << " ("
+                                                  << (is_dir ? std::strerror(errno) : "no such folder")
+                                                  << "); expected a CSV file path in a writable folder");
 }
 
 // --resume: the data must be the data the run was trained on (data_fingerprint.h).

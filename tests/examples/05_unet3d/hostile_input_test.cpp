@@ -256,6 +256,11 @@ TEST_CASE("hostile 4: --grad-stats naming an existing file is refused unless --o
   args.push_back("--overwrite");
   CHECK(run(args) == 0);
   CHECK(slurp(other).rfind("step,param", 0) == 0);
+  // A folder that cannot take the file is found at start, before the data loads and the run folder is made.
+  std::vector<std::string> nowhere = tiny_train("/nonexistent/data", dir.file("run2"));
+  nowhere.insert(nowhere.end(), {"--grad-stats", dir.file("no_such_folder/gs.csv")});
+  check_error([&] { run(nowhere); }, {"--grad-stats", "cannot write into", "no such folder"});
+  CHECK_FALSE(fs::exists(dir.file("run2")));
 }
 
 TEST_CASE("hostile 5: a run folder in use by another process is refused at start, naming the process") {
