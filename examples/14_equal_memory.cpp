@@ -72,16 +72,21 @@ struct QuietCout {
 };
 
 /// The budget must be empty between runs: a graph pool or a buffer that outlived its run would
-/// shrink the next one's budget (the failure this example once had).
-void check_budget_empty(const char* after) {
+/// shrink the next one's budget (the failure this example once had). What is left is said, with the
+/// number of live blocks, and counted: the program then exits 1 at the end (its figures were taken
+/// under a smaller budget than it claims).
+int g_leaks = 0;
+bool check_budget_empty(const std::string& after) {
   cuda::synchronize("14_equal_memory");
   cuda::empty_cache();
   const cuda::AllocatorStats s = cuda::allocator_stats();
-  HG_CHECK(s.budget_reserved_bytes == 0, "14_equal_memory: after " << after << ", " << s.budget_reserved_bytes
-                                              << " bytes are still reserved under the budget (" << s.allocated_bytes
-                                              << " allocated in the eager cache, " << s.budget_external_bytes
-                                              << " in device buffers); expected 0: a CUDA graph's pool or a buffer "
-                                                 "outlived its run");
+  if (s.budget_reserved_bytes == 0) return true;
+  ++g_leaks;
+  std::printf("  LEFT OVER after %s: %zu bytes reserved under the budget: %zu allocated in %zu live eager blocks, "
+              "%zu in device buffers, the rest in graph pools\n",
+              after.c_str(), s.budget_reserved_bytes, s.allocated_bytes, s.active_blocks, s.budget_external_bytes);
+  std::fflush(stdout);
+  return false;
 }
 
 /// Runs `steps` training steps of the reference U-Net at batch B; returns the median step time in
@@ -146,18 +151,25 @@ unet3d_app::TrainArgs train_args(const Mode& mode, const std::string& data, cons
 }
 
 /// Whether the trainer runs one epoch (with validation and a checkpoint) at batch B within the budget.
-bool fits(const Mode& mode, const std::string& data, const std::string& out, int64_t B, uint64_t seed) {
+bool fits(const Mode& mode, const std::string& data, const std::string& out, int64_t B, uint64_t seed,
+          bool cuda_graph = true) {
   const size_t ooms = cuda::allocator_stats().budget_ooms;
   bool ok = true;
   try {
     const QuietCout quiet;
-    const int rc = unet3d_app::run_train(train_args(mode, data, out, B, 1, seed), unet3d_app::RankContext{});
+    unet3d_app::TrainArgs a = train_args(mode, data, out, B, 1, seed);
+    a.cuda_graph = cuda_graph;
+    const int rc = unet3d_app::run_train(a, unet3d_app::RankContext{});
     HG_CHECK(rc == 0, "14_equal_memory: the trainer returned " << rc << " at batch " << B);
   } catch (const Error&) {
     if (cuda::allocator_stats().budget_ooms == ooms) throw;  // not the budget refusing a request: a real error
     ok = false;
   }
-  check_budget_empty("a trial");  // the next trial starts from nothing reserved, as a fresh process would
+  // The next trial starts from nothing reserved, as a fresh process would; if something is left, say
+  // whether the eager step (no CUDA graph) leaves it too.
+  if (!check_budget_empty(std::string(mode.name) + " batch " + std::to_string(B) + (cuda_graph ? "" : " (eager)")) &&
+      cuda_graph)
+    fits(mode, data, out, B, seed, false);
   return ok;
 }
 
@@ -277,6 +289,7 @@ int main(int argc, char** argv) {
     constexpr int kModes = 3;
     Row rows[kModes];
     check_budget_empty("start");
+    g_leaks = 0;
     cuda::set_memory_limit(budget);
     for (int m = 0; m < kModes; ++m) {
       const Mode& mode = modes[m];
@@ -329,7 +342,10 @@ int main(int argc, char** argv) {
       story_holds = story_holds && rows[m].batch >= rows[0].batch && rows[m].images_per_s > rows[0].images_per_s;
     }
     if (!story_holds) std::printf("\nThe measurement contradicts the claim: AMP did not fit more or run faster.\n");
-    return story_holds ? 0 : 1;
+    if (g_leaks > 0)
+      std::printf("\n%d run(s) left memory reserved under the budget (LEFT OVER above): later runs had less than %.0f MiB.\n",
+                  g_leaks, budget_mib);
+    return story_holds && g_leaks == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "14_equal_memory: %s\n", e.what());
     return 2;
