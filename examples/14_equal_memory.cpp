@@ -30,9 +30,14 @@
 // measurement contradicts the story it tells (AMP fits a smaller batch than FP32, or its step is
 // slower per image); 2 on an error (named), --out existing without --overwrite included; a bad
 // option exits with CLI11's code.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -63,6 +68,10 @@ struct Mode {
   bool amp;
   const char* amp_dtype;
 };
+
+const Mode kModeList[] = {{"FP32 (O0)", "fp32", false, "fp16"},
+                          {"AMP FP16 (O1)", "fp16", true, "fp16"},
+                          {"AMP BF16 (O1)", "bf16", true, "bf16"}};
 
 // std::cout into nothing while the trainer probes a batch (its log would be pages of trials).
 struct QuietCout {
@@ -150,34 +159,59 @@ unet3d_app::TrainArgs train_args(const Mode& mode, const std::string& data, cons
   return a;
 }
 
-/// Whether the trainer runs one epoch (with validation and a checkpoint) at batch B within the budget.
-bool fits(const Mode& mode, const std::string& data, const std::string& out, int64_t B, uint64_t seed,
-          bool cuda_graph = true) {
-  const size_t ooms = cuda::allocator_stats().budget_ooms;
-  bool ok = true;
+/// Exit statuses of a probe (`--probe`, below): the trainer ran its epoch, or the budget refused a
+/// request; anything else is an error the probe printed.
+constexpr int kProbeFits = 0, kProbeOutOfMemory = 3;
+
+/// The probe itself, in a child process: one epoch of the trainer (with validation and a checkpoint)
+/// at batch B under the budget. Returns the exit status.
+int probe(const Mode& mode, const std::string& data, const std::string& out, int64_t B, uint64_t seed,
+          size_t budget) {
+  cuda::set_memory_limit(budget);
   try {
     const QuietCout quiet;
-    unet3d_app::TrainArgs a = train_args(mode, data, out, B, 1, seed);
-    a.cuda_graph = cuda_graph;
-    const int rc = unet3d_app::run_train(a, unet3d_app::RankContext{});
+    const int rc = unet3d_app::run_train(train_args(mode, data, out, B, 1, seed), unet3d_app::RankContext{});
     HG_CHECK(rc == 0, "14_equal_memory: the trainer returned " << rc << " at batch " << B);
-  } catch (const Error&) {
-    if (cuda::allocator_stats().budget_ooms == ooms) throw;  // not the budget refusing a request: a real error
-    ok = false;
+  } catch (const Error& e) {
+    if (cuda::allocator_stats().budget_ooms > 0) return kProbeOutOfMemory;
+    std::fprintf(stderr, "14_equal_memory --probe: %s\n", e.what());
+    return 2;
   }
-  // The next trial starts from nothing reserved, as a fresh process would; if something is left, say
-  // whether the eager step (no CUDA graph) leaves it too.
-  if (!check_budget_empty(std::string(mode.name) + " batch " + std::to_string(B) + (cuda_graph ? "" : " (eager)")) &&
-      cuda_graph)
-    fits(mode, data, out, B, seed, false);
-  return ok;
+  return kProbeFits;
+}
+
+/// Whether the trainer runs one epoch at batch B within the budget, asked of a fresh process (this
+/// program with --probe): each trial starts from nothing reserved, and a trial that runs out of memory
+/// cannot leave anything behind for the next (under AMP it does: the closing note of issue 30).
+bool fits(const Mode& mode, const std::string& data, const std::string& out, int64_t B, uint64_t seed,
+          double budget_mib) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> args = {self,           "--probe",      mode.folder, "--probe-batch", std::to_string(B),
+                                   "--data",       data.empty() ? std::string("-") : data,
+                                   "--out",        out,            "--seed",    std::to_string(seed),
+                                   "--budget-mib", std::to_string(budget_mib), "--overwrite"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  pid_t pid = 0;
+  HG_CHECK(::posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) == 0,
+           "14_equal_memory: cannot start the probe " << self << " (" << std::strerror(errno) << ")");
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    HG_CHECK(errno == EINTR, "14_equal_memory: waiting for the probe failed (" << std::strerror(errno) << ")");
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  HG_CHECK(rc == kProbeFits || rc == kProbeOutOfMemory,
+           "14_equal_memory: the probe of " << mode.name << " at batch " << B << " failed with status " << rc
+                                            << " (its message is above)");
+  return rc == kProbeFits;
 }
 
 /// The largest batch in [1, cap] that fits: doubling, then bisection. 0 when batch 1 does not fit.
 int64_t largest_batch(const Mode& mode, const std::string& data, const std::string& out, uint64_t seed,
-                      int64_t cap) {
+                      int64_t cap, double budget_mib) {
   const auto ok = [&](int64_t B) {
-    const bool f = fits(mode, data, out, B, seed);
+    const bool f = fits(mode, data, out, B, seed, budget_mib);
     std::printf("  %s: batch %lld %s\n", mode.name, static_cast<long long>(B), f ? "fits" : "runs out of memory");
     std::fflush(stdout);
     return f;
@@ -262,6 +296,12 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the weights, the data order and the step timing's inputs");
   app.add_option("--out", out, "folder for the runs (search/, fp32/, fp16/, bf16/)");
   app.add_flag("--overwrite", overwrite, "replace --out when it exists (refused otherwise)");
+  std::string probe_mode;
+  int64_t probe_batch = 0;
+  app.add_option("--probe", probe_mode, "internal: run one search trial (fp32, fp16 or bf16) in this process and exit "
+                                        "0 (fits) or 3 (out of memory)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--probe-batch", probe_batch, "internal: the batch of --probe")->check(CLI::Range(int64_t{1}, int64_t{4096}));
   CLI11_PARSE(app, argc, argv);
 
   if (!cuda::is_available()) {
@@ -271,6 +311,12 @@ int main(int argc, char** argv) {
   try {
     namespace fs = std::filesystem;
     std::error_code ec;
+    if (!probe_mode.empty()) {  // a child of the search (fits): one trial, answered by the exit status
+      for (const Mode& m : kModeList)
+        if (probe_mode == m.folder)
+          return probe(m, data == "-" ? std::string() : data, out, probe_batch, seed,
+                       static_cast<size_t>(budget_mib * 1048576.0));
+    }
     HG_CHECK(overwrite || !fs::exists(out, ec),
              "14_equal_memory: --out " << out << " exists; pass --overwrite to replace its runs, or choose another folder");
     if (!fs::is_directory(data)) {
@@ -280,13 +326,11 @@ int main(int argc, char** argv) {
     }
     const unet3d_app::Recipe r = unet3d_app::recipe_by_name("reference");
     const size_t budget = static_cast<size_t>(budget_mib * 1048576.0);
+    const Mode* modes = kModeList;
+    constexpr int kModes = 3;
     std::printf("device: %s\nbudget: %.0f MiB, enforced by cuda::set_memory_limit over the eager cache, the CUDA graph's "
                 "pool and the loader's buffers\n",
                 cuda::device_description().c_str(), budget_mib);
-    const Mode modes[] = {{"FP32 (O0)", "fp32", false, "fp16"},
-                          {"AMP FP16 (O1)", "fp16", true, "fp16"},
-                          {"AMP BF16 (O1)", "bf16", true, "bf16"}};
-    constexpr int kModes = 3;
     Row rows[kModes];
     check_budget_empty("start");
     g_leaks = 0;
@@ -296,7 +340,7 @@ int main(int argc, char** argv) {
       Row& row = rows[m];
       std::printf("%s: searching the largest batch the trainer runs an epoch at...\n", mode.name);
       std::fflush(stdout);
-      row.batch = largest_batch(mode, data, (fs::path(out) / "search").string(), seed, max_batch);
+      row.batch = largest_batch(mode, data, (fs::path(out) / "search").string(), seed, max_batch, budget_mib);
       if (row.batch == 0) {
         std::printf("%s: batch 1 does not fit in %.0f MiB\n", mode.name, budget_mib);
         continue;
