@@ -1,8 +1,8 @@
 // 14_equal_memory - the claim mixed precision is sold on, measured: give FP32 and AMP the same GPU
 // memory budget, let each take the largest batch that fits, and compare what they do with it.
 //
-//   build/examples/14_equal_memory [--data DIR] [--budget-mib 2048] [--epochs 20] [--seed 0]
-//                                  [--out DIR] [--overwrite]
+//   build/examples/14_equal_memory [--data DIR] [--budget-mib 2048] [--epochs 20] [--max-batch 128]
+//                                  [--seed 0] [--out DIR] [--overwrite]
 //
 // The budget is enforced by the CUDA caching allocator itself (cuda::set_memory_limit,
 // core/cuda/runtime.h) over everything halfgrad holds on the device: the eager cache, the private
@@ -13,7 +13,9 @@
 //   1. the largest batch that halfgrad-unet3d's training runs at (`train --config reference --device
 //      cuda`: loader, CUDA-graph step, AdamW, validation with sliding windows, checkpoint) for one
 //      epoch: batches 1, 2, 4, ... until one runs out of memory, then bisection. The trainer itself is
-//      the probe, so the batch found is one the training below can use;
+//      the probe, so the batch found is one the training below can use; each trial runs in a fresh
+//      process (this program with --probe MODE --probe-batch B, exit 0 or 3), so a trial that ran out
+//      of memory leaves nothing behind for the next;
 //   2. the step time at that batch (median of 10 eager steps of the reference U-Net after 3 warm-up
 //      steps, on random 48x64x48 volumes in channels-last layout), as images per second;
 //   3. the training with that batch for --epochs epochs on --data (the hippocampus set of
@@ -21,14 +23,14 @@
 //      epoch time and the validation Dice of the last epoch, from the run's metrics.csv; and the peak
 //      of everything reserved under the budget.
 // After each run the budget must be empty again (the graph's pool and the buffers released with the
-// run), or the program stops with an error naming what is still held.
+// run); what is left is printed (LEFT OVER: bytes and live blocks) and makes the exit status 1.
 // Printed side by side with the AMP / FP32 ratios. The recipe's learning rate is kept for both, so a
 // larger batch also means fewer optimizer steps per epoch: the Dice column says what that costs after
 // a fixed number of epochs (the honest other half of "bigger batch, shorter epoch").
 //
 // Needs a CUDA GPU: without one it prints why and exits 77 (CTest's "skipped"). Exit status 1 when a
 // measurement contradicts the story it tells (AMP fits a smaller batch than FP32, or its step is
-// slower per image); 2 on an error (named), --out existing without --overwrite included; a bad
+// slower per image) or a run left memory under the budget; 2 on an error (named), --out existing without --overwrite included; a bad
 // option exits with CLI11's code.
 #include <spawn.h>
 #include <sys/wait.h>
