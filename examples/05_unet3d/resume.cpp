@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "amp/precision_plan.h"
 #include "core/error.h"
 
 namespace unet3d_app {
@@ -45,10 +46,10 @@ TrainArgs train_args_from_json(const Field& j) {
   a.amp = j["amp"].as_bool();
   a.opt_level = j["opt_level"].as_string();
   a.amp_dtype = j.has("amp_dtype") ? j["amp_dtype"].as_string() : "fp16";  // runs saved before --amp-dtype
-  HG_CHECK(a.amp_dtype == "fp16" || a.amp_dtype == "bf16",
-           j.where() << ": field 'amp_dtype' is \"" << a.amp_dtype.substr(0, 24) << "\"; expected \"fp16\" or \"bf16\"");
   a.fp32_ops = j["fp32_ops"].as_string_list();
   a.fp32_modules = j["fp32_modules"].as_string_list();
+  // The saved precision words are checked where every precision is (amp::PrecisionPlan), naming the file.
+  halfgrad::amp::PrecisionPlan::from_words(a.opt_level, a.amp, a.amp_dtype, a.fp32_ops, a.fp32_modules, j.where());
   const std::string seed = j["seed"].as_string();
   HG_CHECK(!seed.empty() && seed.size() <= 20 && std::all_of(seed.begin(), seed.end(), [](unsigned char c) { return c >= '0' && c <= '9'; }),
            j.where() << ": field 'seed' is \"" << seed.substr(0, 24) << "\"; expected decimal digits");
