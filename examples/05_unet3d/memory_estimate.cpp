@@ -54,22 +54,9 @@ double forward_elements(const halfgrad::nn::UNet3dOptions& m, double voxels) {
 // backward, with most activations still held and the widest gradients being made). Calibrated with
 // tests/examples/05_unet3d/memory_estimate_test.cpp's configurations (peak_allocated_bytes of core/allocator.h,
 // one training step after the optimizer state exists, then a validation forward):
-// measured on the 2-core CPU machine (bytes of tensors above what was live before; the ratio is the
-// estimate over the measured peak with the coefficients below):
-//   train, widths 4-8-16-32 / 64 (208k params), 32^3 batch 2:  O0 21.3 MB (1.13)  O1 17.1 MB (1.12)
-//                                                               O2 17.1 MB (1.09)  O3 14.3 MB (1.10)
-//   train, same widths, 16x32x48 batch 4, O0:                    29.8 MB (1.12)
-//   train, the cpu recipe's 12-24-48-96 / 192 (3.18M params, 8 classes), 32x48x32:
-//                                          batch 1 O0 75.2 MB (1.21)   batch 2 O1 96.5 MB (1.17)
-//                                          32^3 batch 1 O3 40.4 MB (1.10)
-//   eval forward, cpu-recipe widths, 3 classes: O0 32x48x32 28.4 MB (1.08), 48x64x48 59.9 MB (1.11);
-//                                          48x64x48 O1 50.8 MB (1.21), O2 44.7 MB (1.24), O3 44.7 MB (1.24)
-// (Training figures of 2026-12-01, after the tape stopped holding its inputs (InputEdge); before,
-// the same configurations peaked 1.2-1.5x higher. The whole-run figures of the earlier calibration,
-// 48x64x48 O0 511.1 MiB and O1 364.5 MiB with the reference widths, predate that, not re-measured.)
-// Extrapolated (linear in voxels): the forward of a 256^3 volume is estimated at 5.7 GiB with the cpu
-// recipe's widths and 7.5 GiB with the reference's (the issue's 16 KB header-only file took 8.4 GB).
-// The coefficients below carry a margin of 9-21% over the training peaks above.
+// The measured peaks and each configuration's estimate / measured ratio: bench/NOTES.md, "Lab notes
+// moved out of the code".
+// The coefficients below carry a margin of 9-21% over those training peaks.
 constexpr double kTrainBytesPerElement[4] = {4.4, 3.05, 3.1, 3.1};  // O0, O1, O2, O3
 constexpr double kForwardBytesPerElement[4] = {4.4, 4.0, 4.0, 4.0};
 // Model state, bytes per parameter (see the header).

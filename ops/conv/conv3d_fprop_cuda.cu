@@ -57,23 +57,8 @@
 // start at byte offsets 0, 80, 160, ... = 8 different 16-byte slots modulo 128, so the 8 row reads
 // hit 32 different banks (a 64-byte row would put rows r and r+2 on the same banks).
 //
-// Predicted on H200 (sm_90, mma.sync, no TMA/wgmma): the 128x128 / 128x64 configurations reach
-// ~60-70% of the ~700 dense FP16 mma.sync TFLOP/s on large K when the gather hits L2, so ~150-250
-// TFLOP/s for the 64..256-channel 3x3x3 layers (fprop and dgrad alike); the Cout = 16 layers at 64^3
-// are gather-bound (27 taps x 32 B per output pixel from L2) at ~60-100 TFLOP/s; the Cin = 1 first
-// layer is element-gather bound (~0.3 ms at batch 16).
-// Measured (bench/NOTES.md, tree 474b5be, FP16 NDHWC batch 4), before split K: the deep layers were
-// far below that because their grids were small: 128 -> 128 at 8^3 fprop 0.144 ms (16 blocks, 12.6
-// TFLOP/s), 256 -> 256 at 4^3 0.243 ms (4 blocks, 3.7 TFLOP/s), 64 -> 64 at 16^3 0.083 ms (128
-// blocks of 4 warps, 43 TFLOP/s): one block alone on its SM ran at 0.8-0.9 TFLOP/s (8 warps) or
-// 0.34 (4 warps), ~0.1 TFLOP/s a warp: latency-bound. Split K, predicted, not yet measured (each
-// block at that rate, plus ~3 us of pipeline fill and partial store per slice, plus the sum):
-// 256 -> 256 at 4^3: 27 slices, 108 blocks of 8.4 MFLOP ~10 us + ~3 us, sum of 7.1 MB ~3 us, the
-// weight packing ~3 us: ~0.015-0.030 ms (fprop and dgrad alike); 128 -> 128 at 8^3: 13 slices, 208
-// blocks of 8.7 MFLOP ~10 us + ~3 us, sum of 13.6 MB ~4-5 us: ~0.020-0.035 ms; 64 -> 64 at 16^3:
-// 3 slices, 384 blocks of 9.4 MFLOP ~28 us + ~3 us, sum of 12.6 MB ~4 us: ~0.035-0.050 ms.
-// First measurement (bench/NOTES.md, fwd+bwd only): 256 -> 256 0.100 ms (above the predicted
-// 0.064-0.094 with wgrad), 128 -> 128 0.102 ms (inside 0.082-0.112); per pass not yet measured.
+// Predicted and measured figures (before and after split K): bench/NOTES.md, "Lab notes moved out of
+// the code".
 #include <algorithm>
 
 #include "core/cuda/check.cuh"

@@ -117,18 +117,12 @@ void launch_shape(const GemmProblem& p, bool at, bool bt, bool vector, bool bf16
   else launch_layouts<S, false>(p, at, bt, vector, op);
 }
 
-/// Which Hopper family serves a problem the TMA kernel can take (measured by `gemm_bench --dispatch`
-/// on the H200, 2026-12-01, bench/gemm/README.md). With beta == 0 the TMA-store epilogue is the best
-/// family, or tied within the spread, on every measured shape (square 1000-8192 in all four layouts,
-/// tall, wide, K = 64, K = 16384, the U-Net's conv-transpose GEMMs): kTmaPlanned, on the tile width,
-/// split and pair of gemm_tma::tile_plan (rungs 12 and 13: it picked the best forced family, within
-/// the spread, on every shape of the 2026-12-01 sweep; rungs 14 and 16 where rows are not whole
-/// sectors, since 2026-12-04). With beta != 0 C has
-/// to be read (and where C's base or row stride is not 16-byte aligned TMA cannot store it), so the
-/// epilogue runs from the registers; that variant lost to mma.sync wherever the
-/// epilogue weighs (K <= 128: 0.31-0.67x of cuBLAS against 0.38-0.80x) and on few tiles (1024^3, 32
-/// tiles: 0.47x against 0.56x), and won from 72 tiles with K >= 1024 (1536^3: 0.64x against 0.41x).
-/// The K >= 256 bound lies between the measured K = 128 and K = 1024 (not measured in between).
+/// Which Hopper family serves a problem the TMA kernel can take. With beta == 0 the TMA-store
+/// epilogue (kTmaPlanned, on gemm_tma::tile_plan's tile width, split and pair) was the best family on
+/// every shape `gemm_bench --dispatch` measures. With beta != 0 C has to be read (and TMA cannot store
+/// a C whose base or row stride is not 16-byte aligned), so the epilogue runs from the registers: that
+/// variant wins only with many tiles and a long K (the K >= 256 bound lies between measured shapes);
+/// elsewhere mma.sync does. The measurements: bench/NOTES.md, "Lab notes moved out of the code".
 GemmPath hopper_path(const GemmProblem& p, int64_t sms) {
   if (gemm_tma::tma_store_possible(p)) return GemmPath::kTmaPlanned;
   const bool many_tiles = 2 * gemm_tma::tile_count(p.M, p.N) >= sms;
