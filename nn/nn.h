@@ -11,7 +11,6 @@
 #include "nn/init.h"
 #include "nn/instance_norm.h"
 #include "nn/linear.h"
-#include "nn/max_pool3d.h"
 #include "nn/module.h"
 #include "nn/pooling.h"
 #include "nn/unet3d.h"
