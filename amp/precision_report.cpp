@@ -2,6 +2,7 @@
 #include "amp/precision_report.h"
 
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,17 +73,20 @@ bool gnuplot_available() {
 
 bool run_gnuplot(const std::string& dir, const std::string& script, const std::string& log) {
   const std::string where = "gnuplot " + script;
-  UniqueFd out = create_fresh_file((std::filesystem::path(dir) / log).string(), where);
-  const pid_t pid = ::fork();
-  HG_CHECK(pid >= 0, where << ": cannot start a process (" << std::strerror(errno) << ")");
-  if (pid == 0) {  // the child: only async-signal-safe calls until exec
-    if (::chdir(dir.c_str()) != 0 || ::dup2(out.fd, STDOUT_FILENO) < 0 || ::dup2(out.fd, STDERR_FILENO) < 0) ::_exit(126);
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-    char* const argv[] = {const_cast<char*>("gnuplot"), const_cast<char*>(script.c_str()), nullptr};
-    ::execvp("gnuplot", argv);
-    ::_exit(127);
-  }
+  const UniqueFd out = create_fresh_file((std::filesystem::path(dir) / log).string(), where);
+  // posix_spawn rather than fork: the process has OpenMP, loader and CUDA threads, and the spawn runs
+  // nothing of this process in the child. chdir, not `cd` in a shell: no character of `dir` is read.
+  posix_spawn_file_actions_t actions;
+  HG_CHECK(::posix_spawn_file_actions_init(&actions) == 0, where << ": cannot prepare the process");
+  ::posix_spawn_file_actions_addchdir_np(&actions, dir.c_str());
+  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, out.fd, STDOUT_FILENO);
+  ::posix_spawn_file_actions_adddup2(&actions, out.fd, STDERR_FILENO);
+  char* const argv[] = {const_cast<char*>("gnuplot"), const_cast<char*>(script.c_str()), nullptr};
+  pid_t pid = 0;
+  const int rc = ::posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return false;  // gnuplot_available() said it is there; the caller reports the failure
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return false;

@@ -73,7 +73,7 @@ struct PrecisionReportFiles {
 /// Whether an executable `gnuplot` is on the PATH.
 bool gnuplot_available();
 /// Runs `gnuplot SCRIPT` with `dir` as its working directory and its output and errors in
-/// DIR/LOG; true when it exits 0. No shell is involved (fork, chdir, execvp), so no character of
+/// DIR/LOG; true when it exits 0. No shell is involved (posix_spawnp with a chdir), so no character of
 /// `dir` is interpreted; the log is created fresh (core/file_io.h's create_fresh_file: a link or FIFO
 /// under its name is removed, never written through or waited on). `script` and `log` are file names
 /// inside `dir`. Throws halfgrad::Error when the log cannot be created or the process cannot start.
