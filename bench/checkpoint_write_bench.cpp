@@ -4,7 +4,7 @@
 //   build/bench/checkpoint_write_bench [--config reference|cpu|tiny] [--opt-level O1] [--device cpu|cuda]
 //       [--dir /tmp] [--repeat 5]
 //
-//   safetensors  save_run_checkpoint (examples/05_unet3d/run_checkpoint.h): training_state.safetensors
+//   safetensors  save_run_checkpoint (unet3d/run_checkpoint.h): training_state.safetensors
 //                (model, AdamW moments and masters as binary tensors) then model.safetensors; what
 //                `train` does at each save and prints as "checkpoint: 2 files, ..., s"
 //   base64 JSON  the previous format's cost: the optimizer's state_dict() with every moment in base64
@@ -23,9 +23,9 @@
 #include "amp/grad_scaler.h"
 #include "amp/opt_level.h"
 #include "core/tensor.h"
-#include "examples/05_unet3d/recipe.h"
-#include "examples/05_unet3d/run_checkpoint.h"
-#include "examples/05_unet3d/trained_model.h"
+#include "unet3d/recipe.h"
+#include "unet3d/run_checkpoint.h"
+#include "unet3d/trained_model.h"
 #include "nn/checkpoint.h"
 #include "nn/unet3d.h"
 #include "optim/adamw.h"

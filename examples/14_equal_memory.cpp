@@ -56,7 +56,7 @@
 #include "ops/ops.h"
 #include "optim/adamw.h"
 #include "05_unet3d/distributed.h"
-#include "05_unet3d/recipe.h"
+#include "unet3d/recipe.h"
 #include "05_unet3d/train.h"
 
 using namespace halfgrad;

@@ -2,7 +2,7 @@
 // trusts it (issue 30): the header parsed from memory (core/safetensors.h parse_header, with the
 // checksums of "halfgrad_xxh3"), the whole file read from disk (read_file: every tensor's checksum and
 // the finite check of every floating tensor), and what `halfgrad-unet3d eval` / `predict` do before
-// building a model (examples/05_unet3d/trained_model.cpp): the architecture inferred from the tensor
+// building a model (unet3d/trained_model.cpp): the architecture inferred from the tensor
 // shapes (UNet3dOptions::infer_from_shapes) and compared with the metadata's
 // (UNet3dOptions::from_json, check_matches_shapes), so that no metadata makes it allocate a model
 // the file does not hold. Seeds (fuzz/make_corpus.cpp): NaN and inf weights, a metadata claiming

@@ -32,7 +32,7 @@
 //     kept for API compatibility, but 4/3 the bytes and slow to encode;
 //   * state_dict(tensors, prefix): into a NamedTensors list ("<prefix>state.<index>.<field>", e.g.
 //     "optim.state.3.exp_avg"), the JSON holding only that name - what a checkpoint writes to a
-//     safetensors file (examples/05_unet3d/run_checkpoint.h).
+//     safetensors file (unet3d/run_checkpoint.h).
 // Either way save -> load -> continue gives bit-identical parameters to never having stopped. CUDA
 // state is saved from the host (contiguous NCDHW: tensor_to_json copies; the list keeps the device
 // tensor and safetensors::write_file stages it), and load_state_dict puts it back on each

@@ -3,7 +3,8 @@
 # Why each one is there: README.md, "Dependencies".
 set -euo pipefail
 pkgs=(cmake g++ make libeigen3-dev doctest-dev libnifti2-dev libniftiio-dev libznz-dev zlib1g-dev
-      nlohmann-json3-dev libcli11-dev libxxhash-dev mricron-data gnuplot-nox libpng-dev clang libomp-dev)
+      nlohmann-json3-dev libcli11-dev libxxhash-dev mricron-data gnuplot-nox libpng-dev clang libomp-dev
+      universal-ctags)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -68,11 +68,9 @@ CLI::Validator finite_number(double lo, bool strict, double hi) {
       "finite, " + bound);
 }
 
-CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation training with optional mixed precision") {
-  app.name("halfgrad-unet3d");
-  app.require_subcommand(1);
-  TrainArgs& t = train_args;
-  train = app.add_subcommand("train", "train a U-Net; prints per-epoch loss, skipped steps, loss scale, Dice");
+// `train` and its options into t.
+static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
+  CLI::App* train = app.add_subcommand("train", "train a U-Net; prints per-epoch loss, skipped steps, loss scale, Dice");
   train->add_option("--data", t.data, "MSD dataset folder (dataset.json, imagesTr/, labelsTr/); default: mricron-data");
   train->add_option("--out", t.out,
                     "run folder for model.safetensors, training_state.safetensors and metrics.csv; a folder that "
@@ -151,8 +149,12 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   train->add_flag("--detect-anomaly", t.detect_anomaly,
                   "anomaly mode: stop at the first op whose output or gradient is NaN/inf (debugging; with AMP the "
                   "overflows GradScaler would skip become errors)");
-  EvalArgs& e = eval_args;
-  eval = app.add_subcommand("eval", "Dice of a checkpoint on every pair of an MSD folder; prints one JSON line");
+  return train;
+}
+
+// `eval` and its options into e.
+static CLI::App* add_eval(CLI::App& app, EvalArgs& e) {
+  CLI::App* eval = app.add_subcommand("eval", "Dice of a checkpoint on every pair of an MSD folder; prints one JSON line");
   eval->add_option("--data", e.data, "MSD dataset folder (default: the mricron-data validation slab)");
   eval->add_option("--checkpoint", e.checkpoint,
                    "model.safetensors written by train (or its run folder), or a PyTorch UNet3D state_dict saved "
@@ -164,8 +166,12 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   eval->add_flag("--overwrite", e.overwrite, "replace --overlay PNGs that exist (refused otherwise)");
   eval->add_flag("!--no-memory-check", e.memory_check,
                  "evaluate even when the estimated memory of the largest volume's forward exceeds what is free");
-  PredictArgs& p = predict_args;
-  predict = app.add_subcommand("predict", "segment NIfTI volumes with a checkpoint: a uint8 label map per volume, "
+  return eval;
+}
+
+// `predict` and its options into p.
+static CLI::App* add_predict(CLI::App& app, PredictArgs& p) {
+  CLI::App* predict = app.add_subcommand("predict", "segment NIfTI volumes with a checkpoint: a uint8 label map per volume, "
                                           "with the input's geometry");
   predict->add_option("--checkpoint", p.checkpoint, "a run folder or its model.safetensors (written by train, or a PyTorch state_dict of the reference U-Net)")->required();
   predict->add_option("--input", p.input, "a .nii/.nii.gz volume, or a folder of them (every *.nii, *.nii.gz)")
@@ -189,6 +195,15 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   predict->add_flag("!--no-progress", p.progress, "no per-volume progress bar on stderr");
   predict->add_flag("!--no-memory-check", p.memory_check,
                     "predict even when a tile's or a volume's estimated memory exceeds what is free");
+  return predict;
+}
+
+CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation training with optional mixed precision") {
+  app.name("halfgrad-unet3d");
+  app.require_subcommand(1);
+  train = add_train(app, train_args);
+  eval = add_eval(app, eval_args);
+  predict = add_predict(app, predict_args);
   // A path given empty (`--data "$DATA"` with DATA unset) is a mistake, not "option not given": the
   // options below would otherwise quietly train on the default data, start a fresh run instead of
   // resuming, or switch an output off.

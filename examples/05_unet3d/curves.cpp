@@ -7,7 +7,7 @@
 
 #include "amp/precision_report.h"
 #include "core/error.h"
-#include "examples/05_unet3d/run_folder.h"
+#include "unet3d/run_folder.h"
 
 namespace unet3d_app {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "examples/05_unet3d/recipe.h"
+#include "unet3d/recipe.h"
 
 namespace unet3d_app {
 

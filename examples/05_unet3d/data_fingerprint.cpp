@@ -13,7 +13,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "examples/05_unet3d/run_folder.h"
+#include "unet3d/run_folder.h"
 
 namespace unet3d_app {
 

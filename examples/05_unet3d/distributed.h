@@ -13,7 +13,7 @@
 //                  joins through the TCP rendezvous on MASTER_ADDR:MASTER_PORT (dist/rendezvous.h).
 //                  It takes GPU LOCAL_RANK of those CUDA_VISIBLE_DEVICES lists (all, when unset).
 //
-// What each rank does (train.cpp): the same seed, so the same global batch at every step; rank r
+// What each rank does (trainer.cpp): the same seed, so the same global batch at every step; rank r
 // builds samples [r * B/N, (r+1) * B/N) of it (rank_batch_slice; B = --batch, the GLOBAL batch, as
 // PyTorch's DistributedSampler keeps per-rank batches equal). A global batch is drawn with replacement
 // at every step (data.h), so every rank has the same number of steps and no padding is ever needed

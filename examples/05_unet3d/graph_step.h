@@ -3,9 +3,9 @@
 // captured once in a CUDA graph (core/cuda/graph.h) and replayed, plus the one-step-late read of the
 // loss that lets the host keep its per-step bookkeeping without waiting for the GPU.
 //
-// The step the graph holds is train.cpp's, run on static input and label buffers: each batch is
-// copied into them (device to device, queued before the replay), because a replay reads the addresses
-// the capture saw. What changes from step to step lives on the device: the lr (AdamW::stage_lr before
+// The step the graph holds is Trainer::step() (trainer.h) without hooks, run on static input and
+// label buffers: each batch is copied into them (device to device, queued before the replay), because
+// a replay reads the addresses the capture saw. What changes from step to step lives on the device: the lr (AdamW::stage_lr before
 // each replay), AdamW's step counts, the loss scale and growth tracker, the found_inf flag, the label
 // check (ops::DeferredLabelCheck). So the optimizer and the scaler must be capturable.
 // Per batch shape: the first `warmup` steps run eagerly (they create the optimizer state and anything

@@ -25,7 +25,7 @@
 #include "examples/05_unet3d/distributed.h"
 #include "examples/05_unet3d/predict.h"
 #include "examples/05_unet3d/resume.h"
-#include "examples/05_unet3d/run_checkpoint.h"
+#include "unet3d/run_checkpoint.h"
 #include "examples/05_unet3d/train.h"
 
 int main(int argc, char** argv) {

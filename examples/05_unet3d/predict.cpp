@@ -18,9 +18,9 @@
 #include "examples/05_unet3d/metrics.h"
 #include "examples/05_unet3d/overlay.h"
 #include "examples/05_unet3d/progress.h"
-#include "examples/05_unet3d/run_folder.h"
+#include "unet3d/run_folder.h"
 #include "examples/05_unet3d/sliding_window.h"
-#include "examples/05_unet3d/trained_model.h"
+#include "unet3d/trained_model.h"
 #include "io/nifti.h"
 #include "io/preprocess.h"
 #include "ops/reduce/reduce.h"
@@ -160,6 +160,111 @@ std::string fixed(double v, int prec) {
 
 }  // namespace
 
+// A volume of predict's input: its header first (a 4-D file of several volumes is a channel count,
+// not a corrupt file), then the voxels. Throws halfgrad::Error naming the file and its extents.
+static io::Volume read_volume(const Job& j, const nn::UNet3dOptions& mo) {
+  const std::vector<int64_t> ext = io::read_nifti_extents(j.input);
+  std::string extents;
+  for (int64_t e : ext) extents += (extents.empty() ? "" : "x") + std::to_string(e);
+  HG_CHECK(ext.size() >= 3, "halfgrad-unet3d predict: " << j.input << " is " << ext.size() << "-D (extents " << extents
+                                                        << "); expected a 3-D volume");
+  int64_t channels = 1;
+  for (size_t d = 3; d < ext.size(); ++d) channels *= ext[d];
+  HG_CHECK(channels == mo.in_channels(),
+           "halfgrad-unet3d predict: " << j.input << " holds " << channels << " volume(s) (extents " << extents
+                                       << "): " << channels << " channel(s), the model expects " << mo.in_channels());
+  return io::read_nifti(j.input);
+}
+
+// --memory-check: the host buffers of blending (padded image, logit and weight sums, logits,
+// probabilities) must fit in the host's available memory.
+static void check_host_memory(const Job& j, const Shape& s, const TilePlan& plan, const nn::UNet3dOptions& mo) {
+  const int64_t K = mo.num_classes();
+  const double voxels = static_cast<double>(plan.padded[0] * plan.padded[1] * plan.padded[2]);
+  const double need = voxels * 4.0 * static_cast<double>(mo.in_channels() + 3 * K + 2);
+  const MemoryAvailable host = available_memory("cpu");
+  HG_CHECK(need <= static_cast<double>(host.bytes),
+           "halfgrad-unet3d predict: " << j.input << ": a volume of " << shape_str(s) << " needs about "
+                                       << human_bytes(static_cast<uint64_t>(need)) << " of host memory to blend its "
+                                       << plan.num_tiles() << " tiles, but " << human_bytes(host.bytes)
+                                       << " is available (" << host.source << "); pass --no-memory-check to try anyway");
+}
+
+// A NaN logit would argmax to background silently: refused, naming the file, the count and the first.
+static void check_finite_logits(const Job& j, const Tensor& logits, amp::OptLevel level) {
+  if (!any_nonfinite(logits)) return;
+  const NonFiniteSummary bad = nonfinite_summary(logits.contiguous());
+  HG_FAIL("halfgrad-unet3d predict: " << j.input << ": the network's output holds " << bad.count
+                                      << " non-finite logit(s) (the first, " << bad.value << ", at flat index "
+                                      << bad.first << " of (classes, D, H, W) " << shape_str(logits.shape())
+                                      << "); nothing was written for it ("
+                                      << (level == amp::OptLevel::O0
+                                              ? std::string("an FP32 model: its weights are finite (checked at load), so "
+                                                            "some are too large, or a BatchNorm variance is negative")
+                                              : std::string("at ") + amp::opt_level_name(level) +
+                                                    ": an FP16 overflow? try the FP32 model, or --fp32-module")
+                                      << ")");
+}
+
+// One volume of predict: read and checked, segmented with the sliding window, written (label map,
+// --probabilities, --overlay) and scored against --labels. Returns its per-class Dice (empty without
+// --labels). Throws halfgrad::Error naming the file; nothing is written for a volume that fails before
+// its label map.
+static std::vector<double> predict_volume(const Job& j, const PredictArgs& a, const TrainedModel& tm,
+                                          const SlidingWindowOptions& sw, const Placement& where) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const nn::UNet3dOptions& mo = tm.recipe.model;
+  const int64_t K = mo.num_classes();
+  std::vector<double> dice;
+  const io::Volume vol = read_volume(j, mo);
+  const Shape s = vol.data.shape();
+  const TilePlan plan = plan_tiles(s, sw);
+  if (a.memory_check) check_host_memory(j, s, plan, mo);
+  const Tensor image = io::zscore(vol.data).view_as_shape({1, s[0], s[1], s[2]});
+  ProgressBar bar("  " + j.name, plan.num_tiles() * mirror_passes(sw), a.progress);
+  const Network net = [&](const Tensor& x) {
+    NoGradGuard no_grad;
+    amp::AutocastGuard autocast(tm.mp.autocast_options());
+    return (*tm.model)(tm.mp.cast_input(where.input(x)));
+  };
+  const Tensor logits = sliding_window_logits(net, image, sw, [&](int64_t done, int64_t) {
+    bar.update(done * mirror_passes(sw));
+  });
+  bar.finish();
+  check_finite_logits(j, logits, tm.plan.level);  // nothing is written from a broken output
+  const Tensor labels = ops::argmax(logits, 0);  // (D, H, W) int64
+  io::Volume ref;
+  if (!j.labels.empty()) {  // read and checked before anything is written
+    ref = io::read_label_nifti(j.labels, K);
+    io::check_same_geometry(vol, j.input, ref, j.labels, "halfgrad-unet3d predict: --labels");
+  }
+  const Tensor probabilities = j.probabilities.empty() ? Tensor() : ops::softmax(logits, 0).contiguous();
+  io::write_label_nifti(j.output, labels, vol);
+  std::ostringstream line;
+  line << j.name << ": " << shape_str(s) << ", " << plan.num_tiles() << " tile(s), "
+       << fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2) << " s -> "
+       << j.output;
+  if (!j.probabilities.empty()) {
+    io::write_probabilities_nifti(j.probabilities, probabilities, vol);
+    line << ", " << j.probabilities;
+  }
+  if (!j.labels.empty()) {
+    const std::vector<double> d = dice_per_class(labels, ref.data, K);
+    line << "; Dice";
+    for (size_t c = 0; c < d.size(); ++c) {
+      line << " " << (c + 1 < tm.class_names.size() ? tm.class_names[c + 1] : "class " + std::to_string(c + 1)) << " "
+           << fixed(d[c], 4);
+    }
+    dice = d;
+  }
+  if (!j.overlay.empty()) {
+    write_png(j.overlay, compose_overlay(vol.data, ref.data, labels));
+    line << ", " << j.overlay;
+  }
+  std::cout << line.str() << std::endl;
+  return dice;
+}
+
 int run_predict(const PredictArgs& a) {
   HG_CHECK(a.overlap >= 0 && a.overlap <= kMaxOverlap,  // the command line checks it too (exit status 2)
            "halfgrad-unet3d predict: --overlap " << a.overlap << "; expected a fraction in [0, " << kMaxOverlap << "]");
@@ -188,88 +293,10 @@ int run_predict(const PredictArgs& a) {
   std::vector<double> dice_sum(static_cast<size_t>(std::max<int64_t>(K - 1, 0)), 0.0);
   int64_t scored = 0;
   for (const Job& j : jobs) {
-    const auto t0 = std::chrono::steady_clock::now();
     try {
-      // The header first: a 4-D file of several volumes is a channel count, not a corrupt file.
-      const std::vector<int64_t> ext = io::read_nifti_extents(j.input);
-      std::string extents;
-      for (int64_t e : ext) extents += (extents.empty() ? "" : "x") + std::to_string(e);
-      HG_CHECK(ext.size() >= 3, "halfgrad-unet3d predict: " << j.input << " is " << ext.size() << "-D (extents " << extents
-                                                            << "); expected a 3-D volume");
-      int64_t channels = 1;
-      for (size_t d = 3; d < ext.size(); ++d) channels *= ext[d];
-      HG_CHECK(channels == mo.in_channels(),
-               "halfgrad-unet3d predict: " << j.input << " holds " << channels << " volume(s) (extents " << extents
-                                           << "): " << channels << " channel(s), the model expects " << mo.in_channels());
-      const io::Volume vol = io::read_nifti(j.input);
-      const Shape s = vol.data.shape();
-      const TilePlan plan = plan_tiles(s, sw);
-      if (a.memory_check) {  // host buffers: padded image, logit and weight sums, logits, probabilities
-        const double voxels = static_cast<double>(plan.padded[0] * plan.padded[1] * plan.padded[2]);
-        const double need = voxels * 4.0 * static_cast<double>(mo.in_channels() + 3 * K + 2);
-        const MemoryAvailable host = available_memory("cpu");
-        HG_CHECK(need <= static_cast<double>(host.bytes),
-                 "halfgrad-unet3d predict: " << j.input << ": a volume of " << shape_str(s) << " needs about "
-                                             << human_bytes(static_cast<uint64_t>(need)) << " of host memory to blend its "
-                                             << plan.num_tiles() << " tiles, but " << human_bytes(host.bytes)
-                                             << " is available (" << host.source << "); pass --no-memory-check to try anyway");
-      }
-      const Tensor image = io::zscore(vol.data).view_as_shape({1, s[0], s[1], s[2]});
-      ProgressBar bar("  " + j.name, plan.num_tiles() * mirror_passes(sw), a.progress);
-      const Network net = [&](const Tensor& x) {
-        NoGradGuard no_grad;
-        amp::AutocastGuard autocast(tm.mp.autocast_options());
-        return (*tm.model)(tm.mp.cast_input(where.input(x)));
-      };
-      const Tensor logits = sliding_window_logits(net, image, sw, [&](int64_t done, int64_t) {
-        bar.update(done * mirror_passes(sw));
-      });
-      bar.finish();
-      // Nothing is written from a broken output: a NaN logit would argmax to background silently.
-      if (any_nonfinite(logits)) {
-        const NonFiniteSummary bad = nonfinite_summary(logits.contiguous());
-        HG_FAIL("halfgrad-unet3d predict: " << j.input << ": the network's output holds " << bad.count
-                                            << " non-finite logit(s) (the first, " << bad.value << ", at flat index "
-                                            << bad.first << " of (classes, D, H, W) " << shape_str(logits.shape())
-                                            << "); nothing was written for it ("
-                                            << (tm.plan.level == amp::OptLevel::O0
-                                                    ? std::string("an FP32 model: its weights are finite (checked at load), so "
-                                                                  "some are too large, or a BatchNorm variance is negative")
-                                                    : std::string("at ") + amp::opt_level_name(tm.plan.level) +
-                                                          ": an FP16 overflow? try the FP32 model, or --fp32-module")
-                                            << ")");
-      }
-      const Tensor labels = ops::argmax(logits, 0);  // (D, H, W) int64
-      io::Volume ref;
-      if (!j.labels.empty()) {  // read and checked before anything is written
-        ref = io::read_label_nifti(j.labels, K);
-        io::check_same_geometry(vol, j.input, ref, j.labels, "halfgrad-unet3d predict: --labels");
-      }
-      const Tensor probabilities = j.probabilities.empty() ? Tensor() : ops::softmax(logits, 0).contiguous();
-      io::write_label_nifti(j.output, labels, vol);
-      std::ostringstream line;
-      line << j.name << ": " << shape_str(s) << ", " << plan.num_tiles() << " tile(s), "
-           << fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2) << " s -> "
-           << j.output;
-      if (!j.probabilities.empty()) {
-        io::write_probabilities_nifti(j.probabilities, probabilities, vol);
-        line << ", " << j.probabilities;
-      }
-      if (!j.labels.empty()) {
-        const std::vector<double> d = dice_per_class(labels, ref.data, K);
-        line << "; Dice";
-        for (size_t c = 0; c < d.size(); ++c) {
-          line << " " << (c + 1 < tm.class_names.size() ? tm.class_names[c + 1] : "class " + std::to_string(c + 1)) << " "
-               << fixed(d[c], 4);
-          dice_sum[c] += d[c];
-        }
-        ++scored;
-      }
-      if (!j.overlay.empty()) {
-        write_png(j.overlay, compose_overlay(vol.data, ref.data, labels));
-        line << ", " << j.overlay;
-      }
-      std::cout << line.str() << std::endl;
+      const std::vector<double> d = predict_volume(j, a, tm, sw, where);
+      for (size_t c = 0; c < d.size(); ++c) dice_sum[c] += d[c];
+      if (!d.empty()) ++scored;
     } catch (const std::exception& e) {
       std::cerr << "error: " << j.name << ": " << e.what() << std::endl;
       failures.push_back(j.input);

@@ -3,7 +3,7 @@
 // started with, bit-identical to a run that never stopped.
 //
 // What --epochs N means on resume: "train until epoch N" (as a PyTorch user's loop bound). The
-// learning-rate schedule (warm-up, then cosine over the run's total epochs, train.cpp lr_at) is a
+// learning-rate schedule (warm-up, then cosine over the run's total epochs, trainer.cpp lr_at) is a
 // function of that total, so:
 //   - without --epochs the run continues to the total it was started with, on the same schedule:
 //     the resumed run is bit-identical to one that never stopped (the done-when test: `train

@@ -62,7 +62,8 @@ struct EvalArgs {
 /// amp::PrecisionPlan::from_words, which throws halfgrad::Error naming the words that disagree.
 halfgrad::amp::PrecisionPlan precision_plan(const TrainArgs& a);
 
-/// Trains; `ctx` is this process's rank (RankContext{}: the single-process program). Returns 0.
+/// Trains: Trainer(a, ctx).run() (trainer.h); `ctx` is this process's rank (RankContext{}: the
+/// single-process program). Returns 0; throws halfgrad::Error on bad options, data or memory.
 int run_train(const TrainArgs& a, const RankContext& ctx);
 int run_eval(const EvalArgs& a);
 

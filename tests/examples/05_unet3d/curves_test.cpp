@@ -17,7 +17,7 @@
 
 #include "amp/precision_report.h"
 #include "examples/05_unet3d/metrics.h"
-#include "examples/05_unet3d/run_folder.h"
+#include "unet3d/run_folder.h"
 
 using namespace unet3d_app;
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 #include "core/tensor.h"
 #include "examples/05_unet3d/data.h"
 #include "examples/05_unet3d/distributed.h"
-#include "examples/05_unet3d/recipe.h"
+#include "unet3d/recipe.h"
 #include "tests/check_error.h"
 
 using namespace halfgrad;

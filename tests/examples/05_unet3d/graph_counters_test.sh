@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CTest halfgrad_unet3d_graph_counters: a --cuda-graph run's checkpoint counts what a --no-cuda-graph
 # run's counts. BatchNorm's num_batches_tracked is a host Int64 advanced in forward; replays run no
-# host code and the capture runs it once, so train corrects the counters at each epoch's end (train.cpp).
+# host code and the capture runs it once, so train corrects the counters at each epoch's end (trainer.cpp, finish_graph_epoch).
 # Two epochs of the reference recipe on the hippocampus data, AMP, both ways:
 #   - the graph run must have captured and replayed (else the check would be empty);
 #   - every num_batches_tracked must be equal in the two checkpoints (the eager run's counts the kept

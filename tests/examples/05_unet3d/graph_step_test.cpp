@@ -32,7 +32,7 @@ struct TinyRun {
     scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions().init_scale(256).capturable(true));
     buffers = std::make_unique<nn::BufferSnapshot>(*model);
   }
-  // train.cpp's step, as GraphStep's body.
+  // Trainer::step()'s sequence, as GraphStep's body.
   Tensor body(const Tensor& x, const Tensor& y) {
     opt->zero_grad();
     buffers->capture();

@@ -20,7 +20,7 @@
 #include "examples/05_unet3d/cli.h"
 #include "examples/05_unet3d/distributed.h"
 #include "examples/05_unet3d/predict.h"
-#include "examples/05_unet3d/run_folder.h"
+#include "unet3d/run_folder.h"
 #include "examples/05_unet3d/train.h"
 #include "io/nifti.h"
 #include "tests/check_error.h"

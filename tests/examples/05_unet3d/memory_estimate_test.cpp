@@ -30,7 +30,7 @@ struct Config {
 };
 
 // The peak bytes of tensors allocated by one run of `c` (model, optimizer, two steps, a forward),
-// above what was live before; the same calls as train.cpp's loop and validate().
+// above what was live before; the same calls as Trainer::step() and validate() (trainer.cpp).
 uint64_t measured_peak(const Config& c) {
   const uint64_t before = cpu_allocator_stats().allocated_bytes;
   cpu_reset_peak_stats();

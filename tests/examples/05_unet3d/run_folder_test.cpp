@@ -1,7 +1,7 @@
-// Tests of examples/05_unet3d/run_folder.h and metrics.h's MetricsTable: a run folder holding an
+// Tests of unet3d/run_folder.h and metrics.h's MetricsTable: a run folder holding an
 // earlier run is refused unless --overwrite; stale temp files are removed with a note; metrics.csv's
 // columns, and its atomic write.
-#include "examples/05_unet3d/run_folder.h"
+#include "unet3d/run_folder.h"
 
 #include <doctest/doctest.h>
 

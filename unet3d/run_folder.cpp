@@ -1,4 +1,4 @@
-#include "examples/05_unet3d/run_folder.h"
+#include "unet3d/run_folder.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

@@ -1,4 +1,4 @@
-#include "examples/05_unet3d/recipe.h"
+#include "unet3d/recipe.h"
 
 #include "core/error.h"
 

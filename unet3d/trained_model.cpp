@@ -1,5 +1,5 @@
 // trained_model.cpp - see trained_model.h.
-#include "examples/05_unet3d/trained_model.h"
+#include "unet3d/trained_model.h"
 
 #include "autocast/autocast.h"
 #include "core/cuda/runtime.h"

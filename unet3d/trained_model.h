@@ -7,7 +7,7 @@
 
 #include "amp/precision_plan.h"
 #include "core/tensor.h"
-#include "examples/05_unet3d/recipe.h"
+#include "unet3d/recipe.h"
 #include "nn/unet3d.h"
 
 namespace unet3d_app {

@@ -1,5 +1,5 @@
 // run_checkpoint.cpp - see run_checkpoint.h.
-#include "examples/05_unet3d/run_checkpoint.h"
+#include "unet3d/run_checkpoint.h"
 
 #include <chrono>
 #include <iostream>
@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/json_checked.h"
 #include "core/safetensors.h"
-#include "examples/05_unet3d/run_folder.h"
+#include "unet3d/run_folder.h"
 #include "nn/checkpoint.h"
 
 namespace unet3d_app {
