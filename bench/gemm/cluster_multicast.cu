@@ -42,7 +42,6 @@
 #include "ops/matmul/gemm_tma.cuh"
 #include "ops/matmul/gemm_tma_cuda.h"
 #include "ops/matmul/gemm_wgmma.cuh"
-#include "ops/matmul/gemm_wgmma_cuda.h"
 #include "ops/tensor_core/tma.cuh"
 
 namespace halfgrad::bench {
@@ -164,7 +163,7 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(gt::kThre
 
 const char* gemm_cluster_multicast(const DenseGemm& g) {
   const char* op = "cluster_multicast";
-  if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
+  if (!cuda::gemm_tma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   if (gt::tiles_m(static_cast<int>(g.M)) % kClusterSize != 0) return "needs an even number of 128-row tile-rows";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);

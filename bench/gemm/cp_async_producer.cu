@@ -1,6 +1,7 @@
 // cp_async_producer.cu - rung 18 of the GEMM ladder: the producer warpgroup loads the slices itself,
 // all 128 of its threads issuing cp.async 16 bytes at a time, instead of one thread issuing TMA boxes
-// (ops/matmul/gemm_tma.cuh, kCpAsync; TilePlan::cp_async). Everything else is rung 12's unclustered
+// (cp_async_producer.cuh: CpAsyncProducer, a producer policy of ops/matmul/gemm_tma.cuh; launched by
+// lab_families.cuh's launch_tma_cp_async). Everything else is rung 12's unclustered
 // 128 x w tile (w = 64 or 128 as tile_plan picks it without splits). Needs an sm_90 GPU.
 //
 // Math: C (M, N) = A (M, K) * B (K, N); A, B FP16 row-major, C FP32 row-major (gemm_rungs.h).
@@ -45,21 +46,20 @@
 #include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/runtime.h"
+#include "bench/gemm/lab_families.cuh"
 #include "ops/matmul/gemm_tma_cuda.h"
-#include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::bench {
 
 const char* gemm_cp_async_producer(const DenseGemm& g) {
   const char* op = "cp_async_producer";
   namespace gt = cuda::gemm_tma;
-  if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma)";
+  if (!cuda::gemm_tma::device_supported(op)) return "needs an sm_90 GPU (wgmma)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (16-byte aligned rows)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
-  gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1, /*max_pair=*/1);
-  plan.width = plan.width == 256 ? 128 : plan.width;  // the cp.async producer is built for widths 128 and 64
-  plan.cp_async = true;
-  gt::launch(p, false, false, gt::Schedule::kPersistent, op, gt::Store::kTma, plan);
+  const gt::TilePlan plan = gt::tile_plan(p, cuda::sm_count(), /*max_split=*/1, /*max_pair=*/1);
+  // (The cp.async producer is built for widths 128 and 64.)
+  cuda::gemm_lab::launch_tma_cp_async(p, false, false, plan.width == 256 ? 128 : plan.width, gt::Store::kTma, op);
   return nullptr;
 }
 

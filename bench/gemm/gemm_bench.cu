@@ -46,36 +46,12 @@
 
 #include "bench/gemm/gemm_rungs.h"
 #include "bench/gemm/gemm_sweep.h"
+#include "bench/gemm/lab_families.cuh"
+#include "bench/gemm/lab_families.h"
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_cuda.h"
 #include "ops/matmul/gemm_paths.h"
 #include "ops/matmul/gemm_tma_cuda.h"
-
-#ifdef HALFGRAD_GEMM_STANDALONE
-// Only for compiling this bench with nvcc alone, before core/cuda/runtime.cpp exists: the stream,
-// the error thrower that check.cuh declares and the SM count (runtime.h) that the TMA kernels use.
-namespace halfgrad::cuda {
-cudaStream_t stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t created = nullptr;
-    HG_CUDA_CHECK("cuda::stream", cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
-    return created;
-  }();
-  return s;
-}
-void throw_cuda_error(const char* op, const char* call, cudaError_t err) {
-  throw Error(std::string(op) + ": " + call + " failed: " + cudaGetErrorString(err));
-}
-int sm_count() {  // of device 0 (the standalone bench uses no other)
-  static int n = [] {
-    int count = 0;
-    HG_CUDA_CHECK("cuda::sm_count", cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0));
-    return count;
-  }();
-  return n;
-}
-}  // namespace halfgrad::cuda
-#endif
 
 namespace {
 
@@ -593,7 +569,8 @@ void run_sweep_size(int64_t n, int64_t l2_bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// --dispatch: every kernel family of gemm_f16 (gemm_paths.h) on the shapes the dispatch rule has to
+// --dispatch: every kernel family of gemm_f16 (gemm_paths.h) and of the lab (lab_families.h) on the
+// shapes the dispatch rule has to
 // decide: square sizes, tall, wide, small K, the U-Net's conv-transpose GEMMs, odd sizes; N/N and
 // the layouts the autograd backward uses. Each run is checked against cuBLAS and timed beside it.
 // ---------------------------------------------------------------------------------------------
@@ -634,14 +611,17 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
   const int runs = flop >= 1e10 ? 10 : 30;
   auto tflops = [&](double ms) { return flop / (ms * 1e-3) / 1e12; };
 
+  using LabFamily = halfgrad::cuda::gemm_lab::Family;
   struct Family {
     const char* name;
     GemmPath path;  // kAuto with is_cublas: cuBLAS
     bool is_cublas;
+    bool is_lab = false;  // then `lab`, not `path`: lab_families.h
+    LabFamily lab = LabFamily::kWgmma;
   };
   const Family families[] = {{"cublas", GemmPath::kAuto, true},
                              {"mma_sync", GemmPath::kMmaSync, false},
-                             {"wgmma", GemmPath::kWgmma, false},
+                             {"wgmma", GemmPath::kAuto, false, true, LabFamily::kWgmma},
                              {"tma", GemmPath::kTmaPersistent, false},
                              {"tma_store", GemmPath::kTmaStore, false},
                              {"tma_store_128", GemmPath::kTmaStore128, false},
@@ -652,10 +632,10 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
                              {"pair_128", GemmPath::kTmaPair128, false},
                              {"pair_a_128", GemmPath::kTmaPairA128, false},
                              {"pair_a_64", GemmPath::kTmaPairA64, false},
-                             {"quad_a_64", GemmPath::kTmaQuadA64, false},
-                             {"oct_a_64", GemmPath::kTmaOctA64, false},
-                             {"cp_async_128", GemmPath::kTmaCpAsync128, false},
-                             {"cp_async_64", GemmPath::kTmaCpAsync64, false},
+                             {"quad_a_64", GemmPath::kAuto, false, true, LabFamily::kTmaQuadA64},
+                             {"oct_a_64", GemmPath::kAuto, false, true, LabFamily::kTmaOctA64},
+                             {"cp_async_128", GemmPath::kAuto, false, true, LabFamily::kTmaCpAsync128},
+                             {"cp_async_64", GemmPath::kAuto, false, true, LabFamily::kTmaCpAsync64},
                              {"planned_serial", GemmPath::kTmaPlannedSerial, false},
                              {"auto", GemmPath::kAuto, false}};
   constexpr int kFamilies = sizeof(families) / sizeof(families[0]);
@@ -673,6 +653,7 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
         cublas_gemm(args(i, c_half));
         return nullptr;
       }
+      if (f.is_lab) return halfgrad::cuda::gemm_lab::gemm_f16_on(args(i, c_half), f.lab);
       return halfgrad::cuda::gemm_f16_on(args(i, c_half), f.path);
     };
     const char* why[kFamilies] = {};
@@ -699,12 +680,12 @@ void run_dispatch_shape(const DispatchShape& d, int64_t l2_bytes) {
         std::printf(" %s n/a", f.name);
         continue;
       }
-      if (!f.is_cublas && f.path != GemmPath::kAuto && ms[k] < best_ms) {
+      const bool is_auto = !f.is_cublas && !f.is_lab && f.path == GemmPath::kAuto;
+      if (!f.is_cublas && !is_auto && ms[k] < best_ms) {
         best_ms = ms[k];
         best = f.name;
       }
-      const std::string name =
-          f.path == GemmPath::kAuto && !f.is_cublas ? "auto[" + halfgrad::cuda::gemm_f16_choice(args(0, c_half)) + "]" : f.name;
+      const std::string name = is_auto ? "auto[" + halfgrad::cuda::gemm_f16_choice(args(0, c_half)) + "]" : f.name;
       std::printf(" %s %.0f (%.2fx)%s", name.c_str(), tflops(ms[k]), ms[0] / ms[k], failed[k] ? " FAIL" : "");
     }
     std::printf(" best %s", best);
@@ -729,11 +710,16 @@ void run_profile(int64_t M, int64_t N, int64_t K) {
     for (int i = 0; i < 3; ++i) cublas_gemm(a);
     for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
                           GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPair256,
-                          GemmPath::kTmaPair128, GemmPath::kTmaPairA128, GemmPath::kTmaPairA64,
-                          GemmPath::kTmaQuadA64, GemmPath::kTmaOctA64, GemmPath::kTmaCpAsync128,
-                          GemmPath::kTmaCpAsync64}) {
+                          GemmPath::kTmaPair128, GemmPath::kTmaPairA128, GemmPath::kTmaPairA64}) {
       for (int i = 0; i < 3; ++i) {
         if (const char* why = halfgrad::cuda::gemm_f16_on(a, path)) std::printf("not run: %s\n", why);
+      }
+    }
+    namespace lab = halfgrad::cuda::gemm_lab;
+    for (lab::Family family : {lab::Family::kTmaQuadA64, lab::Family::kTmaOctA64, lab::Family::kTmaCpAsync128,
+                               lab::Family::kTmaCpAsync64}) {
+      for (int i = 0; i < 3; ++i) {
+        if (const char* why = lab::gemm_f16_on(a, family)) std::printf("not run: %s: %s\n", lab::family_name(family), why);
       }
     }
   }
@@ -929,7 +915,8 @@ int main(int argc, char** argv) {
                   "oct_a_64 %lld\n\n",
                   (long long)gt::resident_ctas({64, 1}, op), (long long)gt::resident_ctas({64, 2}, op),
                   (long long)gt::resident_ctas({128, 1, 2}, op), (long long)gt::resident_ctas({64, 1, 2, true}, op),
-                  (long long)gt::resident_ctas({64, 1, 4, true}, op), (long long)gt::resident_ctas({64, 1, 8, true}, op));
+                  (long long)halfgrad::cuda::gemm_lab::cluster_resident_ctas(4, op),
+                  (long long)halfgrad::cuda::gemm_lab::cluster_resident_ctas(8, op));
     }
     if (profile[0] > 0) {
       HG_CHECK(profile[1] > 0 && profile[2] > 0, "gemm_bench --profile: M, N, K must be >= 1");

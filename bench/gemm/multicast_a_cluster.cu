@@ -1,6 +1,6 @@
 // multicast_a_cluster.cu - rung 17 of the GEMM ladder: rung 16's A-sharing pair widened to a cluster
 // of 4 (or 8) horizontally adjacent 128 x 64 tiles that share A's slices through TMA multicast
-// (ops/matmul/gemm_tma.cuh, kPair = 4 or 8 with kShareA; TilePlan{64, 1, 4 or 8, share_a}). Needs an
+// (ops/matmul/gemm_tma.cuh, kPair = 4 or 8 with kShareA; lab_families.cuh launch_tma_cluster). Needs an
 // sm_90 GPU.
 //
 // Math: C (M, N) = A (M, K) * B (K, N); A, B FP16 row-major, C FP32 row-major (gemm_rungs.h).
@@ -39,18 +39,18 @@
 #include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/runtime.h"
+#include "bench/gemm/lab_families.cuh"
 #include "ops/matmul/gemm_tma_cuda.h"
-#include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::bench {
 
 const char* gemm_multicast_a_cluster(const DenseGemm& g) {
   const char* op = "multicast_a_cluster";
   namespace gt = cuda::gemm_tma;
-  if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
+  if (!cuda::gemm_tma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
-  gt::launch(p, false, false, gt::Schedule::kPersistent, op, gt::Store::kTma, gt::TilePlan{64, 1, 4, true});
+  cuda::gemm_lab::launch_tma_cluster(p, false, false, 4, gt::Store::kTma, op);
   return nullptr;
 }
 

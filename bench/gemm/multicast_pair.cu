@@ -49,14 +49,13 @@
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/runtime.h"
 #include "ops/matmul/gemm_tma_cuda.h"
-#include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::bench {
 
 const char* gemm_multicast_pair(const DenseGemm& g) {
   const char* op = "multicast_pair";
   namespace gt = cuda::gemm_tma;
-  if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
+  if (!cuda::gemm_tma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   if (gt::tile_count(g.M, 1, 1) % 2 != 0) return "needs an even number of 128-row tile-rows";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);

@@ -31,13 +31,12 @@
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/runtime.h"
 #include "ops/matmul/gemm_tma_cuda.h"
-#include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::bench {
 
 const char* gemm_split_k_cluster(const DenseGemm& g) {
   const char* op = "split_k_cluster";
-  if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
+  if (!cuda::gemm_tma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA, clusters)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   // The plan of rungs 12-13 (width and split), without production's pairs (rungs 14 and 16).

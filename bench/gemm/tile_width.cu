@@ -28,13 +28,12 @@
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/runtime.h"
 #include "ops/matmul/gemm_tma_cuda.h"
-#include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::bench {
 
 const char* gemm_tile_width(const DenseGemm& g) {
   const char* op = "tile_width";
-  if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA)";
+  if (!cuda::gemm_tma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   const cuda::gemm_tma::TilePlan plan = cuda::gemm_tma::tile_plan(p, cuda::sm_count(), /*max_split=*/1, /*max_pair=*/1);

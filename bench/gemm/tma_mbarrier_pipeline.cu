@@ -39,7 +39,6 @@
 #include "ops/matmul/gemm_tma.cuh"
 #include "ops/matmul/gemm_tma_cuda.h"
 #include "ops/matmul/gemm_wgmma.cuh"
-#include "ops/matmul/gemm_wgmma_cuda.h"
 #include "ops/tensor_core/tma.cuh"
 
 namespace halfgrad::bench {
@@ -133,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }  // namespace
 
 const char* gemm_tma_mbarrier_pipeline(const DenseGemm& g) {
-  if (!cuda::gemm_wgmma::device_supported("tma_mbarrier_pipeline")) return "needs an sm_90 GPU (wgmma, TMA)";
+  if (!cuda::gemm_tma::device_supported("tma_mbarrier_pipeline")) return "needs an sm_90 GPU (wgmma, TMA)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   CUtensorMap map_a, map_b;

@@ -26,13 +26,12 @@
 #include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "ops/matmul/gemm_tma_cuda.h"
-#include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::bench {
 
 const char* gemm_tma_store_epilogue(const DenseGemm& g) {
   const char* op = "tma_store_epilogue";
-  if (!cuda::gemm_wgmma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA)";
+  if (!cuda::gemm_tma::device_supported(op)) return "needs an sm_90 GPU (wgmma, TMA)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   cuda::gemm_tma::launch(p, false, false, cuda::gemm_tma::Schedule::kPersistent, op, cuda::gemm_tma::Store::kTma);

@@ -26,13 +26,12 @@
 #include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "ops/matmul/gemm_tma_cuda.h"
-#include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::bench {
 
 /// Rungs 8 and 9: the TMA kernel over the dense N/N problem with the given schedule.
 const char* gemm_tma_schedule(const DenseGemm& g, cuda::gemm_tma::Schedule schedule, const char* name) {
-  if (!cuda::gemm_wgmma::device_supported(name)) return "needs an sm_90 GPU (wgmma, TMA)";
+  if (!cuda::gemm_tma::device_supported(name)) return "needs an sm_90 GPU (wgmma, TMA)";
   if (g.K % 8 != 0 || g.N % 8 != 0) return "needs K, N multiples of 8 (TMA row strides of 16 bytes)";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   cuda::gemm_tma::launch(p, false, false, schedule, name);

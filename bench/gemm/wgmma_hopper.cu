@@ -1,5 +1,6 @@
-// wgmma_hopper.cu - rung 6 (top) of the GEMM ladder: Hopper's warpgroup MMA. Its code is the
-// production Hopper kernel's (ops/matmul/gemm_wgmma.cuh, wgmma_gemm_block); this file launches it for
+// wgmma_hopper.cu - rung 6 (top) of the GEMM ladder: Hopper's warpgroup MMA. Its code is the lab's
+// cp.async wgmma kernel (wgmma_cp_async.cuh, wgmma_gemm_block; gemm_f16's Hopper path until the TMA
+// kernel replaced it); this file launches it for
 // the ladder's dense N/N, FP32-output problem so that it is measured the same way as the rungs below.
 // Needs an sm_90 GPU and the sm_90a build target (CMake: its own object library, 90a-real).
 //
@@ -32,12 +33,13 @@
 #include "bench/gemm/dense_problem.cuh"
 #include "bench/gemm/gemm_rungs.h"
 #include "core/cuda/check.cuh"
-#include "ops/matmul/gemm_wgmma_cuda.h"
+#include "bench/gemm/wgmma_cp_async.h"
+#include "ops/matmul/gemm_tma_cuda.h"
 
 namespace halfgrad::bench {
 
 const char* gemm_wgmma_hopper(const DenseGemm& g) {
-  if (!cuda::gemm_wgmma::device_supported("wgmma_hopper")) return "needs an sm_90 GPU (wgmma)";
+  if (!cuda::gemm_tma::device_supported("wgmma_hopper")) return "needs an sm_90 GPU (wgmma)";
   if (g.M % 8 != 0 || g.N % 8 != 0 || g.K % 8 != 0) return "needs M, N, K multiples of 8";
   const cuda::gemm_tiles::GemmProblem p = dense_problem(g);
   cuda::gemm_wgmma::launch(p, false, false, "wgmma_hopper");

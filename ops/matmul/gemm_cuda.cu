@@ -36,8 +36,8 @@
 // sectors, tiles paired in a 2-CTA cluster that multicasts their common B (or A) slice (the plan that
 // occupies the SMs best, gemm_tma::tile_plan; gemm_f16_choice names it); otherwise (beta != 0: C read in the epilogue, or an
 // unaligned C) on 128x256 tiles only where that measured faster than mma.sync (hopper_path).
-// mma.sync tops out near half of Hopper's Tensor Core rate. The older cp.async wgmma kernel (ops/matmul/gemm_wgmma.cuh, rung 6) won no measured
-// shape and is no longer chosen (gemm_paths.h still forces it, for the ladder). Everything else
+// mma.sync tops out near half of Hopper's Tensor Core rate. The older cp.async wgmma kernel (rung 6)
+// won no measured shape and lives in the lab now (bench/gemm/lab_families.h). Everything else
 // takes the kernels below, and so does every BF16 problem: the Hopper kernels are FP16-only for now
 // (their descriptors and instruction would need the .bf16 variant and its own measurement).
 //
@@ -53,8 +53,8 @@
 #include "core/cuda/check.cuh"
 #include "ops/matmul/gemm_mma_tiles.cuh"
 #include "ops/matmul/gemm_paths.h"
+#include "ops/matmul/gemm_problem.cuh"
 #include "ops/matmul/gemm_tma_cuda.h"
-#include "ops/matmul/gemm_wgmma_cuda.h"
 
 namespace halfgrad::cuda {
 namespace {
@@ -133,9 +133,9 @@ bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t
 
 const char* layout_name(GemmLayout l) { return l == GemmLayout::N ? "N" : "T"; }
 
-/// Checks a's extents, pointers and leading dimensions (halfgrad::Error naming op) and returns them
-/// as the kernels' problem.
-GemmProblem checked_problem(const GemmArgs& a, const char* op) {
+}  // namespace
+
+GemmProblem checked_gemm_problem(const GemmArgs& a, const char* op) {
   HG_CHECK(a.M >= 1 && a.N >= 1 && a.K >= 1,
            op << ": gemm_f16 needs M, N, K >= 1; got M=" << a.M << " N=" << a.N << " K=" << a.K);
   // The kernels round M and N up to their tiles (at most 256) in int32.
@@ -177,12 +177,14 @@ GemmProblem checked_problem(const GemmArgs& a, const char* op) {
   return p;
 }
 
-}  // namespace
+bool gemm_vector_loads(const GemmArgs& a) {
+  return a.lda % 8 == 0 && a.ldb % 8 == 0 && aligned(a.A, 16) && aligned(a.B, 16);
+}
 
 std::string gemm_f16_choice(const GemmArgs& a) {
   const char* op = a.op ? a.op : "gemm";
-  const GemmProblem p = checked_problem(a, op);
-  const bool tma_ok = !a.bf16 && gemm_wgmma::device_supported(op) && gemm_tma::operands_supported(p);
+  const GemmProblem p = checked_gemm_problem(a, op);
+  const bool tma_ok = !a.bf16 && gemm_tma::device_supported(op) && gemm_tma::operands_supported(p);
   const GemmPath path = tma_ok ? hopper_path(p, sm_count()) : GemmPath::kMmaSync;
   if (path == GemmPath::kMmaSync) return "mma_sync";
   if (path == GemmPath::kTmaPersistent) return "tma";
@@ -195,21 +197,16 @@ std::string gemm_f16_choice(const GemmArgs& a) {
 
 const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
   const char* op = a.op ? a.op : "gemm";
-  GemmProblem p = checked_problem(a, op);
-  const bool vector = a.lda % 8 == 0 && a.ldb % 8 == 0 && aligned(a.A, 16) && aligned(a.B, 16);
+  GemmProblem p = checked_gemm_problem(a, op);
+  const bool vector = gemm_vector_loads(a);
   const bool at = a.a_layout == GemmLayout::T;
   const bool bt = a.b_layout == GemmLayout::T;
   // The Hopper kernels are FP16-only (their descriptors and instructions name .f16).
-  const bool hopper = !a.bf16 && gemm_wgmma::device_supported(op);
-  const bool tma_ok = hopper && gemm_tma::operands_supported(p);
-  const bool wgmma_ok = hopper && vector && p.M % 8 == 0 && p.N % 8 == 0 && p.K % 8 == 0;
+  const bool tma_ok = !a.bf16 && gemm_tma::device_supported(op) && gemm_tma::operands_supported(p);
   // gemm_f16's own choice queues the TMA kernel by programmatic dependent launch (rung 15,
   // bench/gemm/dependent_launch.cu); the forced families are the ladder's rungs as they were measured.
   const bool dependent = path == GemmPath::kAuto || path == GemmPath::kTmaPlanned;
-  if (path == GemmPath::kAuto) {
-    // The cp.async wgmma kernel (rung 6) was not the best family on any measured shape: not chosen.
-    path = tma_ok ? hopper_path(p, sm_count()) : GemmPath::kMmaSync;
-  }
+  if (path == GemmPath::kAuto) path = tma_ok ? hopper_path(p, sm_count()) : GemmPath::kMmaSync;
   switch (path) {
     case GemmPath::kTmaPersistent:
     case GemmPath::kTmaStore:
@@ -221,10 +218,6 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
     case GemmPath::kTmaPair128:
     case GemmPath::kTmaPairA128:
     case GemmPath::kTmaPairA64:
-    case GemmPath::kTmaQuadA64:
-    case GemmPath::kTmaOctA64:
-    case GemmPath::kTmaCpAsync128:
-    case GemmPath::kTmaCpAsync64:
     case GemmPath::kTmaPlanned:
     case GemmPath::kTmaPlannedSerial: {
       if (!tma_ok) return "needs sm_90, FP16, 16-byte aligned A and B, lda and ldb multiples of 8";
@@ -238,20 +231,12 @@ const char* gemm_f16_on(const GemmArgs& a, GemmPath path) {
       if (plan.pair == 2 && gemm_tma::tile_count(p.M, 1, 1) % 2 != 0) return "needs an even number of 128-row tile-rows";
       if (path == GemmPath::kTmaPairA128) plan = {128, 1, 2, true};
       if (path == GemmPath::kTmaPairA64) plan = {64, 1, 2, true};
-      if (path == GemmPath::kTmaQuadA64) plan = {64, 1, 4, true};
-      if (path == GemmPath::kTmaOctA64) plan = {64, 1, 8, true};
-      if (path == GemmPath::kTmaCpAsync128) plan = {128, 1, 1, false, true};
-      if (path == GemmPath::kTmaCpAsync64) plan = {64, 1, 1, false, true};
       if (path == GemmPath::kTmaPlanned || path == GemmPath::kTmaPlannedSerial) plan = gemm_tma::tile_plan(p, sm_count());
       gemm_tma::launch(p, at, bt, gemm_tma::Schedule::kPersistent, op,
                        path == GemmPath::kTmaPersistent ? gemm_tma::Store::kRegisters : gemm_tma::Store::kTma, plan,
                        dependent ? gemm_tma::Launch::kDependent : gemm_tma::Launch::kSerial);
       return nullptr;
     }
-    case GemmPath::kWgmma:
-      if (!wgmma_ok) return "needs sm_90, FP16, the 16-byte load path, M, N, K multiples of 8";
-      gemm_wgmma::launch(p, at, bt, op);
-      return nullptr;
     default:
       if (gemm_tiles::gemm_tile_count<LargeTile>(a.M, a.N) >= kMinWavesForLarge * sm_count()) {
         launch_shape<LargeTile>(p, at, bt, vector, a.bf16, op);

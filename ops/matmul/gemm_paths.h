@@ -1,6 +1,8 @@
 // gemm_paths.h - gemm_f16 with its kernel family forced, so that `gemm_bench --dispatch` can time
-// every family on the same problem and the automatic choice (gemm_cuda.cu) can be read off the
-// measurement. Private to ops/matmul/ and bench/gemm/; programs call gemm_f16 (gemm_cuda.h).
+// every family gemm_f16 may choose on the same problem and the automatic choice (gemm_cuda.cu) can be
+// read off the measurement. The lab's families, which gemm_f16 never chooses (the cp.async wgmma
+// kernel, the TMA kernel's clusters of 4 and 8 and its cp.async producer), are bench/gemm/
+// lab_families.h's. Private to ops/matmul/ and bench/gemm/; programs call gemm_f16 (gemm_cuda.h).
 #pragma once
 #include <string>
 
@@ -12,7 +14,6 @@ namespace halfgrad::cuda {
 enum class GemmPath {
   kAuto,           // gemm_f16's own choice
   kMmaSync,        // mma.sync block tiles (gemm_mma_tiles.cuh; 256x128 or 64x128 by size), any GPU
-  kWgmma,          // wgmma + cp.async, 128x256 (gemm_wgmma.cuh), sm_90, FP16
   kTmaPersistent,  // warp-specialised TMA + wgmma, persistent, 128x256 tiles (gemm_tma.cuh), sm_90, FP16
   kTmaStore,       // kTmaPersistent with the TMA-store epilogue (where beta == 0 and C is aligned)
   kTmaStore128,    // kTmaStore on 128x128 tiles (TmaTile<128>)
@@ -23,10 +24,6 @@ enum class GemmPath {
   kTmaPair128,     // kTmaStore128 likewise (both: an even number of 128-row tile-rows)
   kTmaPairA128,    // kTmaStore128 with horizontally adjacent tiles paired in a 2-CTA cluster, A multicast
   kTmaPairA64,     // kTmaStore64 likewise (both: any M, N)
-  kTmaQuadA64,     // kTmaStore64 with 4 horizontally adjacent tiles in a 4-CTA cluster, A multicast (any M, N)
-  kTmaOctA64,      // likewise with 8 tiles in an 8-CTA cluster
-  kTmaCpAsync128,  // kTmaStore128 with the slices loaded by the producer's 128 threads with cp.async
-  kTmaCpAsync64,   // kTmaStore64 likewise
   kTmaPlanned,     // the TMA-store kernel on gemm_tma::tile_plan's tiles, split and pair, queued by
                    // programmatic dependent launch (what kAuto takes with beta == 0 and an aligned C)
   kTmaPlannedSerial,  // kTmaPlanned queued by an ordinary launch (rung 15's baseline)

@@ -5,13 +5,13 @@
 // tiles, and optionally a cluster: K split over its two CTAs (kSplit = 2), B's slices shared by two
 // vertically adjacent tiles through TMA multicast (kPair = 2), or A's slices shared by 2, 4 or 8
 // horizontally adjacent tiles (kPair = 2, 4, 8 with kShareA; see warp_specialized_gemm_block).
-// ops/matmul/gemm_tma_cuda.cu launches it for gemm_f16 on sm_90; bench/gemm/warp_specialized.cu (one
-// CTA per tile), persistent.cu (one CTA per SM), tma_store_epilogue.cu, tile_width.cu,
-// split_k_cluster.cu, multicast_pair.cu, multicast_a_pair.cu, multicast_a_cluster.cu and
-// cp_async_producer.cu (kCpAsync: the producer's 128 threads load by cp.async, cp_async_operand)
-// launch it as rungs 8, 9, 11-14 and 16-18 of the ladder, and
-// tma_mbarrier_pipeline.cu (rung 7) uses its TMA loads. Private to ops/matmul/ and bench/gemm/;
-// compiled only for the sm_90a target.
+// ops/matmul/gemm_tma_cuda.cu launches it for gemm_f16 on sm_90 (gemm_tma_launch.cuh); bench/gemm/
+// warp_specialized.cu (one CTA per tile), persistent.cu (one CTA per SM), tma_store_epilogue.cu,
+// tile_width.cu, split_k_cluster.cu, multicast_pair.cu, multicast_a_pair.cu, multicast_a_cluster.cu
+// and cp_async_producer.cu launch it as rungs 8, 9, 11-14 and 16-18 of the ladder (the clusters of 4
+// and 8 and the cp.async producer, CpAsyncProducer, are instantiated there only: bench/gemm/
+// lab_families.h), and tma_mbarrier_pipeline.cu (rung 7) uses its TMA loads. Private to ops/matmul/
+// and bench/gemm/; compiled only for the sm_90a target.
 //
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major (gemm_cuda.h).
 // FP16 operands, FP32 accumulation in the wgmma accumulator registers, alpha/beta and the FP32 or
@@ -46,7 +46,7 @@
 // (it / kStages) & 1 and empty barriers with the opposite parity (a fresh barrier's "previous phase",
 // parity 1, counts as complete: the producer's first lap does not wait).
 // Persistence: the CTA loops over tiles blockIdx.x, blockIdx.x + gridDim.x, ... in a grouped order
-// (kGroupM tile-rows swept before moving right, the order of gemm_wgmma.cuh, so the ~132 tiles in
+// (kGroupM tile-rows swept before moving right, the order of the cp.async wgmma kernel, so the ~132 tiles in
 // flight share A row-panels and B column-panels in L2). With gridDim = tile count it is the plain
 // one-tile-per-CTA kernel (rung 8); with gridDim = #SMs (rung 9, production) the producer runs ahead
 // into the next tile while the consumers store the current one: the epilogue overlaps the loads.
@@ -114,14 +114,13 @@ struct TmaTile {
   static_assert(kBTileBytes % 1024 == 0 && kReduceBytes % 1024 == 0, "slot bases stay 1024-byte aligned");
 };
 
-// The 128 x 256 tile's figures by their old names (rungs 7-10 of bench/gemm/ build on them).
-using WideTile = TmaTile<256>;
-constexpr int kBlockN = WideTile::kBlockN;  // 256
-constexpr int kStages = WideTile::kStages;  // 4
-constexpr int kBTileBytes = WideTile::kBTileBytes;
-constexpr int kStageBytes = WideTile::kStageBytes;
-constexpr int kBarrierBytes = WideTile::kBarrierBytes;
-constexpr int kSmemBytes = WideTile::kSmemBytes;
+// The 128 x 256 tile's figures (the default tile; rungs 7-10 of bench/gemm/ build on them).
+constexpr int kBlockN = TmaTile<256>::kBlockN;  // 256
+constexpr int kStages = TmaTile<256>::kStages;  // 4
+constexpr int kBTileBytes = TmaTile<256>::kBTileBytes;
+constexpr int kStageBytes = TmaTile<256>::kStageBytes;
+constexpr int kBarrierBytes = TmaTile<256>::kBarrierBytes;
+constexpr int kSmemBytes = TmaTile<256>::kSmemBytes;
 
 __host__ __device__ constexpr int tiles_m(int M) { return (M + kBlockM - 1) / kBlockM; }
 template <int kBN = kBlockN>
@@ -138,6 +137,34 @@ __host__ __device__ inline void tile_origin(int t, int M, int N, int* tile_m, in
   *tile_m = (first_m + (t % group_size) % group_rows) * kBlockM;
   *tile_n = ((t % group_size) / group_rows) * kBN;
 }
+
+/// How warp_specialized_gemm_block's producer brings a slice into its pipeline slot: the policy the
+/// block is templated on. TmaProducer, below, is production's; bench/gemm/cp_async_producer.cuh's
+/// CpAsyncProducer (rung 18: all 128 producer threads copy with cp.async; refuted, bench/NOTES.md) is
+/// the other. A producer has:
+///   kThreads       producer threads that load (1: one elected thread; 128: the whole warpgroup), and
+///                  so the arrivals each full barrier expects per slice;
+///   kGenericProxy  true when the slots are written through the generic proxy, so that the consumers
+///                  fence into the async proxy before wgmma reads them;
+///   kUsesMaps      true when it reads the operands through their tensor maps (the launcher makes
+///                  them only then);
+///   load<kBN, kAMnMajor, kBMnMajor, kPair, kShareA>(a_tile, b_tile, full_bar, map_a, map_b, p,
+///                  tile_m, tile_n, k0, rank, tid): A's 128 x 64 and B's kBN x 64 slice at (tile_m,
+///                  tile_n, k0) into the slot, completing on its full barrier (called by each of the
+///                  kThreads threads, tid 0..kThreads-1, once the slot is free);
+///   drain()        after the producer's last slice (nothing may be left in flight past its thread).
+struct TmaProducer {
+  static constexpr int kThreads = 1;
+  static constexpr bool kGenericProxy = false;
+  static constexpr bool kUsesMaps = true;
+  /// Arms the full barrier with the slice's bytes (arrive.expect_tx) and issues its TMA loads: whole
+  /// tiles, or (kPair > 1) this CTA's part of the operand the cluster shares, multicast.
+  template <int kBN, bool kAMnMajor, bool kBMnMajor, int kPair, bool kShareA>
+  __device__ static void load(uint32_t a_tile, uint32_t b_tile, uint32_t full_bar, const CUtensorMap* map_a,
+                              const CUtensorMap* map_b, const GemmProblem& p, int tile_m, int tile_n, int k0, int rank,
+                              int tid);
+  __device__ static void drain() {}
+};
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -198,39 +225,21 @@ __device__ __forceinline__ void tma_multicast_part(uint32_t tile, const CUtensor
   }
 }
 
-/// Thread t's (0..127 of the producer warpgroup) share of one operand's kMN x 64 slice, copied with
-/// cp.async 16 bytes at a time into its tile at `tile` in exactly the layout a TMA box lands in
-/// (rung 18, kCpAsync): chunk c (16 bytes = 8 halfs) of tile row r at r * 128 + ((c ^ (r % 8)) * 16).
-/// Tile rows are the kMN rows of a K-major operand stored (MN, K) (row r: mn0 + r, chunk c: k0 + 8c),
-/// or the kMN / 64 panels of 64 k-rows of an MN-major one stored (K, MN) (row r: k0 + r % 64, chunk
-/// c: mn0 + 64 (r / 64) + 8c). The slice is kMN * 8 chunks; thread t copies chunks t, t + 128, ...:
-/// a warp covers 4 whole 128-byte rows per instruction, so the load unit merges each row into the
-/// sectors it touches (5 where a row starts 16 bytes into a sector). What lies outside the matrix
-/// (rows at or past mn_extent or k_extent, the part of a chunk past the last column) is zero-filled
-/// by cp.async's source size, as TMA fills a box: the same tile bits either way. base must be
-/// 16-byte aligned and ld a multiple of 8 (operands_supported), so every chunk is aligned.
-template <int kMN, bool kMnMajor>
-__device__ __forceinline__ void cp_async_operand(uint32_t tile, const uint16_t* base, int64_t ld, int mn_extent,
-                                                 int k_extent, int mn0, int k0, int t) {
-  constexpr int kChunksPerThread = kMN * 8 / 128;
-  const int c = t % 8;
-#pragma unroll
-  for (int i = 0; i < kChunksPerThread; ++i) {
-    const int r = t / 8 + 16 * i;
-    const uint32_t dst = tile + r * 128 + ((c ^ (r % 8)) << 4);
-    int64_t offset;
-    int bytes;
-    if constexpr (kMnMajor) {
-      const int k = k0 + r % 64, mn = mn0 + 64 * (r / 64) + 8 * c;
-      bytes = k < k_extent ? min(16, max(0, 2 * (mn_extent - mn))) : 0;
-      offset = static_cast<int64_t>(k) * ld + mn;
-    } else {
-      const int mn = mn0 + r, k = k0 + 8 * c;
-      bytes = mn < mn_extent ? min(16, max(0, 2 * (k_extent - k))) : 0;
-      offset = static_cast<int64_t>(mn) * ld + k;
-    }
-    // (With 0 bytes nothing is read, but the address must still be valid: the operand's base.)
-    tensor_core::cp_async_16(dst, bytes > 0 ? base + offset : base, bytes);
+template <int kBN, bool kAMnMajor, bool kBMnMajor, int kPair, bool kShareA>
+__device__ __forceinline__ void TmaProducer::load(uint32_t a_tile, uint32_t b_tile, uint32_t full_bar,
+                                                  const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                                  const GemmProblem& p, int tile_m, int tile_n, int k0, int rank,
+                                                  int tid) {
+  tensor_core::mbarrier_arrive_expect_tx(full_bar, TmaTile<kBN>::kStageBytes);
+  if constexpr (kShareA) {
+    tma_multicast_part<kBlockM, kAMnMajor, kPair>(a_tile, map_a, full_bar, tile_m, k0, rank);
+  } else {
+    tma_load_operand<kBlockM, kAMnMajor>(a_tile, map_a, full_bar, tile_m, k0);
+  }
+  if constexpr (kPair == 1 || kShareA) {
+    tma_load_operand<kBN, kBMnMajor>(b_tile, map_b, full_bar, tile_n, k0);
+  } else {
+    tma_multicast_part<kBN, kBMnMajor>(b_tile, map_b, full_bar, tile_n, k0, rank);
   }
 }
 
@@ -357,7 +366,7 @@ __device__ __forceinline__ void split_range(int k_tiles, int rank, int* k_begin,
 /// producer_tail) so that its CTA cannot exit before they land. The final barrier is what lets
 /// compute-sanitizer's racecheck, which cannot follow the mbarriers, see that no CTA exits early.
 template <bool kATrans, bool kBTrans, int kBN = kBlockN, int kSplit = 1, int kPair = 1, bool kShareA = false,
-          bool kCpAsync = false>
+          class Producer = TmaProducer>
 __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p, const CUtensorMap* map_a,
                                                             const CUtensorMap* map_b, const CUtensorMap* map_c,
                                                             uint8_t* smem_raw) {
@@ -371,8 +380,8 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
                 "kPair 2: unsplit; sharing B 256- or 128-wide tiles, sharing A 128- or 64-wide ones; "
                 "kPair 4 or 8: 64-wide tiles sharing A");
   static_assert(!kShareA || kPair >= 2, "kShareA: a cluster plan");
-  static_assert(!kCpAsync || (kSplit == 1 && kPair == 1 && kBN <= 128),
-                "kCpAsync: the unclustered 128- and 64-wide tiles");
+  static_assert(Producer::kThreads == 1 || (kSplit == 1 && kPair == 1),
+                "a producer of several threads: unclustered tiles (their arrivals are this CTA's)");
   constexpr int kCluster = kSplit * kPair;  // CTAs per cluster (1: not a cluster launch)
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -398,8 +407,8 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     tc::tma_prefetch_map(map_a);
     tc::tma_prefetch_map(map_b);
     for (int s = 0; s < kStages; ++s) {
-      // The producer's arrive.expect_tx (TMA), or one cp.async arrival per producer thread (kCpAsync).
-      tc::mbarrier_init(full_bar + 8 * s, kCpAsync ? 128 : 1);
+      // One arrival per loading producer thread (TMA: its arrive.expect_tx).
+      tc::mbarrier_init(full_bar + 8 * s, Producer::kThreads);
       tc::mbarrier_init(empty_bar + 8 * s, kConsumers * kPair);  // one thread per consumer warpgroup (of every CTA)
     }
     if constexpr (kSplit == 2) {
@@ -444,11 +453,10 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
   split_range<kSplit>((p.K + kBlockK - 1) / kBlockK, kSplit == 1 ? 0 : rank, &k_begin, &k_end);
 
   if (warpgroup == 0) {
-    // Producer: thread 0 issues the TMA loads, and the other 127 only give their registers
-    // back and finish; or (rung 18, kCpAsync) all 128 copy every slice with cp.async
-    // (cp_async_operand), each arriving on the slot's full barrier once its own copies have landed.
+    // Producer: Producer::kThreads threads load every slice (TmaProducer: thread 0 issues the TMA
+    // loads), and the others only give their registers back and finish.
     tc::setmaxnreg_dec<kProducerRegs>();
-    if (kCpAsync || tid == 0) {
+    if (tid < Producer::kThreads) {
       int it = 0;
       for (int u = group; u < units; u += groups) {
         int tile_m, tile_n;
@@ -456,27 +464,11 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
         for (int kt = k_begin; kt < k_end; ++kt, ++it) {
           const int slot = it % kStages;
           tc::mbarrier_wait(empty_bar + 8 * slot, ((it / kStages) & 1) ^ 1);  // kPair > 1: free in every CTA
-          if constexpr (kCpAsync) {
-            cp_async_operand<kBlockM, kAMnMajor>(a_tile(slot), p.A, p.lda, p.M, p.K, tile_m, kt * kBlockK, tid);
-            cp_async_operand<kBN, kBMnMajor>(b_tile(slot), p.B, p.ldb, p.N, p.K, tile_n, kt * kBlockK, tid);
-            tc::cp_async_mbarrier_arrive_noinc(full_bar + 8 * slot);
-            continue;
-          }
-          tc::mbarrier_arrive_expect_tx(full_bar + 8 * slot, kStageBytes);
-          if constexpr (kShareA) {
-            tma_multicast_part<kBlockM, kAMnMajor, kPair>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m,
-                                                          kt * kBlockK, rank);
-          } else {
-            tma_load_operand<kBlockM, kAMnMajor>(a_tile(slot), map_a, full_bar + 8 * slot, tile_m, kt * kBlockK);
-          }
-          if constexpr (kPair == 1 || kShareA) {
-            tma_load_operand<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK);
-          } else {
-            tma_multicast_part<kBN, kBMnMajor>(b_tile(slot), map_b, full_bar + 8 * slot, tile_n, kt * kBlockK, rank);
-          }
+          Producer::template load<kBN, kAMnMajor, kBMnMajor, kPair, kShareA>(
+              a_tile(slot), b_tile(slot), full_bar + 8 * slot, map_a, map_b, p, tile_m, tile_n, kt * kBlockK, rank, tid);
         }
       }
-      if constexpr (kCpAsync) tc::cp_async_wait<0>();  // no copy outlives its thread
+      Producer::drain();
       // (kPair > 1) The producer's tail, as CUTLASS's producer_tail: the waits the next kStages
       // slices would make before refilling their slots, i.e. until every consumer of the cluster has
       // released the last slice of each slot (a slot never filled passes at once). The other CTAs'
@@ -518,8 +510,8 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
     for (int kt = k_begin; kt < k_end; ++kt, ++it) {
       const int slot = it % kStages;
       tc::mbarrier_wait(full_bar + 8 * slot, (it / kStages) & 1);
-      // cp.async wrote the slot through the generic proxy; wgmma reads it through the async proxy.
-      if constexpr (kCpAsync) tc::fence_proxy_async_shared();
+      // A producer that wrote the slot through the generic proxy: wgmma reads it through the async one.
+      if constexpr (Producer::kGenericProxy) tc::fence_proxy_async_shared();
       gemm_wgmma::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {

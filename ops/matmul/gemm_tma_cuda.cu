@@ -19,8 +19,9 @@
 // parameters (__grid_constant__), built on the host for every call (cuTensorMapEncodeTiled is a
 // host-only function: about a microsecond, no GPU work).
 //
-// Build: sm_90a only (its own object library, with gemm_wgmma_cuda.cu); for any other target the
-// kernel body is a trap, and callers only launch on compute capability 9.0.
+// Build: sm_90a only (its own object library); for any other target the kernel body is a trap, and
+// callers only launch on compute capability 9.0 (device_supported). The plans gemm_f16 never chooses
+// (clusters of 4 and 8, the cp.async producer) are instantiated by bench/gemm/lab_families.cu only.
 #include "ops/matmul/gemm_tma_cuda.h"
 
 #include <algorithm>
@@ -28,25 +29,11 @@
 
 #include "core/cuda/check.cuh"
 #include "core/cuda/runtime.h"
-#include "ops/matmul/gemm_tma.cuh"
-#include "ops/matmul/gemm_wgmma_cuda.h"
+#include "ops/matmul/gemm_tma_launch.cuh"
 #include "ops/matmul/tensor_map.h"
 
 namespace halfgrad::cuda::gemm_tma {
 namespace {
-
-template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA, bool kCpAsync = false>
-__global__ void __launch_bounds__(kThreads, 1)
-    gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                    const __grid_constant__ CUtensorMap map_c, bool tma_store, GemmProblem p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) uint8_t smem[];
-  warp_specialized_gemm_block<kATrans, kBTrans, kBN, kSplit, kPair, kShareA, kCpAsync>(
-      p, &map_a, &map_b, tma_store ? &map_c : nullptr, smem);
-#elif defined(__CUDA_ARCH__)
-  __trap();  // built without sm_90a: never launched (device_supported), loud if it were
-#endif
-}
 
 /// The map of one operand with MN extent `mn` (rows of C it feeds: M for A, N for B): K-major, a box
 /// of box_mn rows x 64 k; MN-major, 64 mn x box_k k-rows.
@@ -70,94 +57,12 @@ void operand_map(CUtensorMap* map, const uint16_t* base, int64_t mn, int64_t k, 
   encode_tensor_map(map, m, op);
 }
 
-/// How many (kSplit x kPair)-CTA clusters of this kernel can be resident at once (a cluster must fit
-/// in one GPC, so fewer than #SMs / 2 may), after the kernel's shared-memory opt-in; queried once per
-/// kernel.
-template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA, bool kCpAsync = false>
-int resident_clusters(const char* op) {
-  constexpr int kSmem = TmaTile<kBN, kSplit>::kSmemBytes;
-  constexpr int kCluster = kSplit * kPair;
-  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair, kShareA, kCpAsync>;
-  static const int clusters = [&] {
-    HG_CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    if (kCluster == 1) return 1;  // not a cluster launch: only the opt-in was needed
-    cudaLaunchConfig_t config = {};
-    // (A cluster launch's grid is a whole number of clusters: 132 SMs hold no 16.5 clusters of 8.)
-    config.gridDim = dim3(static_cast<unsigned>(kCluster * std::max(1, sm_count() / kCluster)));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kSmem;
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = kCluster;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    int n = 0;
-    HG_CUDA_CHECK(op, cudaOccupancyMaxActiveClusters(&n, kernel, &config));
-    return n;
-  }();
-  return clusters;
-}
-
-template <bool kATrans, bool kBTrans, int kBN, int kSplit, int kPair, bool kShareA, bool kCpAsync>
-void launch_layout(const GemmProblem& p, Schedule schedule, Store store, Launch launch_mode, const char* op) {
-  constexpr int kSmem = TmaTile<kBN, kSplit>::kSmemBytes;
-  constexpr int kCluster = kSplit * kPair;
-  auto kernel = gemm_tma_kernel<kATrans, kBTrans, kBN, kSplit, kPair, kShareA, kCpAsync>;
-  HG_CHECK(kPair == 1 || kShareA || tiles_m(p.M) % 2 == 0,
-           op << ": the TMA GEMM's B-sharing pair plan needs an even number of 128-row tile-rows; M = " << p.M);
-  const int clusters = resident_clusters<kATrans, kBTrans, kBN, kSplit, kPair, kShareA, kCpAsync>(op);
-  // A group is one CTA (as many as SMs), or one cluster of 2 CTAs that share a tile's K (split) or
-  // a pair of tiles' A or B (pair), or of 4 or 8 that share their A (cluster plans).
-  const int64_t max_groups = kCluster == 1 ? sm_count() : clusters;
-  HG_CHECK(max_groups >= 1, op << ": no " << kCluster << "-CTA cluster of the TMA GEMM kernel fits on this GPU");
-  // (The cp.async producer reads A and B through plain pointers: its kernel ignores the maps.)
-  CUtensorMap map_a = {}, map_b = {};
-  if (!kCpAsync) operand_maps(p, kATrans, kBTrans, kBN, &map_a, &map_b, op, kShareA ? 1 : kPair, kShareA ? kPair : 1);
-  CUtensorMap map_c = {};
-  const bool tma_store = store == Store::kTma && tma_store_possible(p);
-  if (tma_store) {
-    MatrixTensorMap m;
-    m.base = p.out.C;
-    m.rows = p.M;
-    m.cols = p.N;
-    m.ld = p.out.ldc;
-    m.dtype = p.out.c_half ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-    m.box_cols = p.out.c_half ? 64 : 32;  // 128 bytes: the swizzle span
-    m.box_rows = kStoreBoxRows;
-    m.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-    encode_tensor_map(&map_c, m, op);
-  }
-  // Tiles, or tile pairs: vertical ones (sharing B), or 128 x kPair * kBN units (sharing A).
-  const int64_t units = kShareA ? tile_count(p.M, p.N, kPair * kBN) : tile_count(p.M, p.N, kBN) / kPair;
-  const int64_t groups = schedule == Schedule::kPersistent ? std::min<int64_t>(units, max_groups) : units;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(groups * kCluster));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream();
-  cudaLaunchAttribute attrs[2];
-  unsigned n_attrs = 0;
-  if (kCluster > 1) {
-    cudaLaunchAttribute& cluster = attrs[n_attrs++];
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = kCluster;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-  }
-  if (launch_mode == Launch::kDependent) {
-    cudaLaunchAttribute& dependent = attrs[n_attrs++];
-    dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    dependent.val.programmaticStreamSerializationAllowed = 1;
-  }
-  config.attrs = attrs;
-  config.numAttrs = n_attrs;
-  HG_CUDA_CHECK(op, cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_c, tma_store, p));
-  HG_CUDA_LAUNCH_CHECK(op);
-}
-
 }  // namespace
+
+bool device_supported(const char* op) {
+  (void)op;  // cuda::compute_capability names itself if the device is missing
+  return compute_capability() == 90;  // sm_90a code runs on compute capability 9.0 only
+}
 
 bool tma_store_possible(const GemmProblem& p) {
   return p.out.beta == 0.f && !p.out.c_bf16 && tensor_map_aligned(p.out.C, p.out.ldc, p.out.c_half ? 2 : 4);
@@ -271,10 +176,9 @@ int64_t resident_ctas(TilePlan plan, const char* op) {
   if (plan.split == 2) {
     clusters = plan.width == 128 ? resident_clusters<false, false, 128, 2, 1, false>(op)
                                  : resident_clusters<false, false, 64, 2, 1, false>(op);
-  } else if (plan.pair == 8) {
-    clusters = resident_clusters<false, false, 64, 1, 8, true>(op);
-  } else if (plan.pair == 4) {
-    clusters = resident_clusters<false, false, 64, 1, 4, true>(op);
+  } else if (plan.pair > 2) {
+    HG_FAIL(op << ": the TMA GEMM's clusters of " << plan.pair << " are the lab's (bench/gemm/lab_families.h), "
+               << "not gemm_f16's");
   } else if (plan.share_a) {
     clusters = plan.width == 128 ? resident_clusters<false, false, 128, 1, 2, true>(op)
                                  : resident_clusters<false, false, 64, 1, 2, true>(op);
@@ -295,15 +199,12 @@ void check_plan(TilePlan plan, const char* op) {
       : plan.pair == 2
           ? plan.split == 1 && (plan.share_a ? plan.width <= 128 : plan.width >= 128)
           : (plan.pair == 4 || plan.pair == 8) && plan.split == 1 && plan.share_a && plan.width == 64;
-  const bool cp_async_ok = !plan.cp_async || (plan.split == 1 && plan.pair == 1 && plan.width <= 128);
   HG_CHECK((plan.width == 256 || plan.width == 128 || plan.width == 64) &&
-               (plan.split == 1 || (plan.split == 2 && plan.width <= 128)) && pair_ok && cp_async_ok,
+               (plan.split == 1 || (plan.split == 2 && plan.width <= 128)) && pair_ok,
            op << ": the TMA GEMM is built for 128 x 256, 128 x 128 and 128 x 64 tiles, the narrow two also with K "
                  "split over 2 CTAs, the wide two also in pairs sharing B, the narrow two also in pairs sharing A, "
-                 "the 64-wide also in clusters of 4 or 8 sharing A, the narrow two unclustered also with a cp.async producer; "
-                 "got width "
-              << plan.width << ", split " << plan.split << ", pair " << plan.pair << (plan.share_a ? " sharing A" : "")
-              << (plan.cp_async ? " with cp.async" : ""));
+                 "the 64-wide also in clusters of 4 or 8 sharing A; got width "
+              << plan.width << ", split " << plan.split << ", pair " << plan.pair << (plan.share_a ? " sharing A" : ""));
 }
 
 void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, CUtensorMap* map_a, CUtensorMap* map_b,
@@ -316,35 +217,15 @@ void operand_maps(const GemmProblem& p, bool a_trans, bool b_trans, int tile_n, 
   operand_map(map_b, p.B, p.N, p.K, p.ldb, !b_trans, tile_n / b_box_split, kBlockK, op);
 }
 
-namespace {
-
-template <int kBN, int kSplit, int kPair = 1, bool kShareA = false, bool kCpAsync = false>
-void launch_plan(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, Store store, Launch launch_mode,
-                 const char* op) {
-  constexpr int S = kSplit, P = kPair;
-  constexpr bool A = kShareA, C = kCpAsync;
-  if (!a_trans && !b_trans) launch_layout<false, false, kBN, S, P, A, C>(p, schedule, store, launch_mode, op);
-  if (!a_trans && b_trans) launch_layout<false, true, kBN, S, P, A, C>(p, schedule, store, launch_mode, op);
-  if (a_trans && !b_trans) launch_layout<true, false, kBN, S, P, A, C>(p, schedule, store, launch_mode, op);
-  if (a_trans && b_trans) launch_layout<true, true, kBN, S, P, A, C>(p, schedule, store, launch_mode, op);
-}
-
-}  // namespace
-
 void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op, Store store,
             TilePlan plan, Launch launch_mode) {
-  HG_CHECK(gemm_wgmma::device_supported(op), op << ": the TMA GEMM needs a compute capability 9.0 GPU");
+  HG_CHECK(device_supported(op), op << ": the TMA GEMM needs a compute capability 9.0 GPU");
   HG_CHECK(operands_supported(p), op << ": the TMA GEMM needs 16-byte aligned A and B and lda, ldb multiples of 8; got lda "
                                      << p.lda << ", ldb " << p.ldb);
   check_plan(plan, op);
-  if (plan.cp_async) {
-    if (plan.width == 128) launch_plan<128, 1, 1, false, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
-    if (plan.width == 64) launch_plan<64, 1, 1, false, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
-  } else if (plan.pair == 8) {
-    launch_plan<64, 1, 8, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
-  } else if (plan.pair == 4) {
-    launch_plan<64, 1, 4, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
-  } else if (plan.pair == 2 && plan.share_a) {
+  HG_CHECK(plan.pair <= 2, op << ": the TMA GEMM's clusters of " << plan.pair
+                              << " are the lab's (bench/gemm/lab_families.h), not gemm_f16's");
+  if (plan.pair == 2 && plan.share_a) {
     if (plan.width == 128) launch_plan<128, 1, 2, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
     if (plan.width == 64) launch_plan<64, 1, 2, true>(p, a_trans, b_trans, schedule, store, launch_mode, op);
   } else if (plan.pair == 2) {

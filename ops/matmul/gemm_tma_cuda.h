@@ -1,6 +1,6 @@
 // gemm_tma_cuda.h - the warp-specialised TMA path of gemm_f16 on Hopper (sm_90a; device code in
-// gemm_tma.cuh), as gemm_cuda.cu and the ladder rungs bench/gemm/warp_specialized.cu and
-// persistent.cu call it. Private to ops/matmul/ and bench/gemm/; the public API stays
+// gemm_tma.cuh, its launch templates in gemm_tma_launch.cuh), as gemm_cuda.cu and the ladder rungs of
+// bench/gemm/ call it. Private to ops/matmul/ and bench/gemm/; the public API stays
 // halfgrad::cuda::gemm_f16 (gemm_cuda.h).
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only)
@@ -12,6 +12,10 @@
 namespace halfgrad::cuda::gemm_tma {
 
 using gemm_tiles::GemmProblem;
+
+/// True when the current device can run the sm_90a kernels (wgmma, TMA): compute capability exactly
+/// 9.0. `op` names the caller in the error thrown when there is no CUDA device.
+bool device_supported(const char* op);
 
 /// How the CTAs cover the tiles: one CTA per tile (kPerTile, rung 8), or one CTA per SM each walking
 /// tiles in the grouped order (kPersistent, rung 9 and production).
@@ -37,17 +41,15 @@ int64_t tile_count(int64_t M, int64_t N, int tile_n = 256);
 /// halves of K of each tile; widths 128 and 64); pair 1, or 2 (rung 14, split 1, widths 256 and 128:
 /// the two CTAs of a cluster take vertically adjacent tiles and share B's slices by TMA multicast;
 /// needs an even number of 128-row tile-rows); pair 2 with share_a (rung 16, split 1, widths 128 and
-/// 64: horizontally adjacent tiles sharing A's slices; any M, N); pair 4 or 8 with share_a (rung 17,
-/// split 1, width 64: as many horizontally adjacent tiles in one cluster sharing A; any M, N).
+/// 64: horizontally adjacent tiles sharing A's slices; any M, N). The kernel also takes pair 4 or 8
+/// with share_a (rung 17, split 1, width 64: as many horizontally adjacent tiles in one cluster
+/// sharing A; any M, N), which gemm_f16 never chooses: only the lab launches them
+/// (bench/gemm/lab_families.h).
 struct TilePlan {
   int width = 256;
   int split = 1;
   int pair = 1;
   bool share_a = false;
-  /// The producer warpgroup's 128 threads load the slices with cp.async 16 bytes at a time instead of
-  /// one thread issuing TMA boxes (rung 18, bench/gemm/cp_async_producer.cu; split 1, pair 1, widths
-  /// 128 and 64).
-  bool cp_async = false;
 };
 
 /// gemm_f16's plan for problem p on `sms` SMs (rungs 12-14 and 16, bench/gemm/README.md). Each
@@ -69,10 +71,12 @@ TilePlan tile_plan(const GemmProblem& p, int64_t sms, int max_split = 2, int max
 /// How many CTAs of the plan's kernel can be resident at once: the SM count without a cluster, else
 /// the cluster size x cudaOccupancyMaxActiveClusters (a cluster must fit in one GPC, so clusters of
 /// 4 or 8 may leave SMs idle: bench/gemm/README.md, rung 17). Queried once per kernel. Throws
-/// halfgrad::Error naming op for a plan the kernel is not built for.
+/// halfgrad::Error naming op for a plan the kernel is not built for, and for the lab's clusters of 4
+/// and 8 (bench/gemm/lab_families.h asks for those).
 int64_t resident_ctas(TilePlan plan, const char* op);
 
-/// Throws halfgrad::Error naming op unless the plan is one the kernel is built for.
+/// Throws halfgrad::Error naming op unless the plan is one the kernel is built for (clusters of 4 and
+/// 8 included).
 void check_plan(TilePlan plan, const char* op);
 
 /// How the kernel is queued behind the previous kernel in the stream. kSerial: an ordinary launch,
@@ -87,9 +91,9 @@ void check_plan(TilePlan plan, const char* op);
 enum class Launch { kSerial, kDependent };
 
 /// Queues the kernel on stream() with the plan's tiles, split and pairing. a_trans: A stored (K, M);
-/// b_trans: B stored (N, K). Needs gemm_wgmma::device_supported(), operands_supported(p) and a built
-/// plan (checked: halfgrad::Error naming op); a split, pair or cluster plan also needs one cluster
-/// (2, 4 or 8 CTAs) of the kernel to fit on the GPU, a B-sharing pair plan an even number of 128-row
+/// b_trans: B stored (N, K). Needs device_supported(), operands_supported(p) and a plan gemm_f16 can
+/// choose, clusters of 2 at most (checked: halfgrad::Error naming op); a split or pair plan also needs
+/// one cluster of the kernel to fit on the GPU, a B-sharing pair plan an even number of 128-row
 /// tile-rows (checked likewise).
 void launch(const GemmProblem& p, bool a_trans, bool b_trans, Schedule schedule, const char* op,
             Store store = Store::kRegisters, TilePlan plan = {}, Launch launch_mode = Launch::kSerial);

@@ -5,7 +5,7 @@
 // generic and async proxies, register reallocation between warpgroups (setmaxnreg), thread-block
 // cluster helpers and grid dependency control (programmatic dependent launch). Device code for the
 // sm_90a target only (every wrapper is empty elsewhere: the callers' kernels trap there, see
-// gemm_wgmma_cuda.cu). Used by the production kernel
+// gemm_tma_launch.cuh). Used by the production kernel
 // ops/matmul/gemm_tma.cuh (rungs 8, 9 and 11-13 of bench/gemm/, its K split's hand-over through
 // distributed shared memory included) and by the rungs with kernels of their own,
 // bench/gemm/tma_mbarrier_pipeline.cu and cluster_multicast.cu.

@@ -1,9 +1,10 @@
 // gemm_f16 with each kernel family forced (ops/matmul/gemm_paths.h) against a double-precision CPU
 // product of the same FP16 operands: every family the automatic choice can take on sm_90 (the TMA
 // kernel on 128x256, 128x128 and 128x64 tiles, the narrow two also with K split over a 2-CTA cluster,
-// tiles paired in a 2-CTA cluster sharing B or A, with register or TMA-store epilogues) and the
-// ladder's clusters of 4 and 8 64-wide tiles sharing A beside them (whose last units hang over C's
-// right edge on most of these shapes), mma.sync on
+// tiles paired in a 2-CTA cluster sharing B or A, with register or TMA-store epilogues) and, where the
+// lab is built (bench/gemm/lab_families.h, HALFGRAD_BENCH), the lab's families beside them: the
+// clusters of 4 and 8 64-wide tiles sharing A (whose last units hang over C's right edge on most of
+// these shapes) and the cp.async producer; mma.sync on
 // every GPU, all four N/T layouts, FP32 and FP16 output, alpha and beta. The shapes cut tiles at every
 // edge: M, N not multiples of 128 / 64 / 256, K not a multiple of the 64-wide slice (TMA zero-fills),
 // K = 8 (a split's second CTA then has no slice), a problem smaller than one tile, 1000 x 1000 x 1000
@@ -16,9 +17,11 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <optional>
 #include <utility>
 
 #include "core/cuda/runtime.h"
+#include "bench/gemm/lab_families.h"
 #include "ops/matmul/gemm_paths.h"
 #include "tests/cuda/cpu_reference.h"
 
@@ -35,6 +38,7 @@ struct Case {
 using cuda::GemmArgs;
 using cuda::GemmLayout;
 using cuda::GemmPath;
+using LabFamily = cuda::gemm_lab::Family;
 
 /// Stored operand (rows x cols) of FP16 values N(0, 1), and its values as doubles.
 struct Operand {
@@ -68,7 +72,6 @@ std::vector<double> reference(const Case& c, const Operand& a, bool at, const Op
 const char* path_name(GemmPath p) {
   switch (p) {
     case GemmPath::kMmaSync: return "mma_sync";
-    case GemmPath::kWgmma: return "wgmma";
     case GemmPath::kTmaPersistent: return "tma (128x256, register epilogue)";
     case GemmPath::kTmaStore: return "tma_store (128x256)";
     case GemmPath::kTmaStore128: return "tma_store_128";
@@ -79,14 +82,45 @@ const char* path_name(GemmPath p) {
     case GemmPath::kTmaPair128: return "pair_128 (B multicast over a 2-CTA cluster)";
     case GemmPath::kTmaPairA128: return "pair_a_128 (A multicast over a 2-CTA cluster)";
     case GemmPath::kTmaPairA64: return "pair_a_64 (A multicast over a 2-CTA cluster)";
-    case GemmPath::kTmaQuadA64: return "quad_a_64 (A multicast over a 4-CTA cluster)";
-    case GemmPath::kTmaOctA64: return "oct_a_64 (A multicast over an 8-CTA cluster)";
-    case GemmPath::kTmaCpAsync128: return "cp_async_128 (cp.async producer)";
-    case GemmPath::kTmaCpAsync64: return "cp_async_64 (cp.async producer)";
     case GemmPath::kTmaPlanned: return "tma planned (tile_plan, dependent launch)";
     case GemmPath::kTmaPlannedSerial: return "tma planned (tile_plan, serial launch)";
     default: return "auto";
   }
+}
+
+/// A kernel family: gemm_f16's (`path`) or, when `lab` is set, the lab's (bench/gemm/lab_families.h).
+struct Family {
+  Family(GemmPath p) : path(p) {}  // NOLINT: implicit, so that a GemmPath reads as its family
+  GemmPath path;
+  std::optional<LabFamily> lab;
+};
+
+std::string family_name(const Family& f) {
+  if (!f.lab) return path_name(f.path);
+  switch (*f.lab) {
+    case LabFamily::kWgmma: return "wgmma (lab: cp.async, 128x256)";
+    case LabFamily::kTmaQuadA64: return "quad_a_64 (lab: A multicast over a 4-CTA cluster)";
+    case LabFamily::kTmaOctA64: return "oct_a_64 (lab: A multicast over an 8-CTA cluster)";
+    case LabFamily::kTmaCpAsync128: return "cp_async_128 (lab: cp.async producer)";
+    case LabFamily::kTmaCpAsync64: return "cp_async_64 (lab: cp.async producer)";
+  }
+  return "lab";
+}
+
+/// gemm_f16(g) on the family: nullptr once queued, else why not.
+const char* run_family(const GemmArgs& g, const Family& f) {
+  if (!f.lab) return cuda::gemm_f16_on(g, f.path);
+#if defined(HALFGRAD_GEMM_LAB)
+  return cuda::gemm_lab::gemm_f16_on(g, *f.lab);
+#else
+  return "the lab is not built here (bench/gemm/, -DHALFGRAD_BENCH=ON)";
+#endif
+}
+
+Family lab(LabFamily l) {
+  Family f(GemmPath::kAuto);
+  f.lab = l;
+  return f;
 }
 
 /// Runs every family on one case and layout; returns how many families ran.
@@ -98,11 +132,13 @@ int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float 
   double scale = 0;
   for (double v : want) scale = std::max(scale, std::fabs(v));
   int ran = 0;
-  for (GemmPath path : {GemmPath::kMmaSync, GemmPath::kTmaPersistent, GemmPath::kTmaStore, GemmPath::kTmaStore128,
-                        GemmPath::kTmaStore64, GemmPath::kTmaSplit128, GemmPath::kTmaSplit64, GemmPath::kTmaPair256,
-                        GemmPath::kTmaPair128, GemmPath::kTmaPairA128, GemmPath::kTmaPairA64, GemmPath::kTmaQuadA64,
-                        GemmPath::kTmaOctA64, GemmPath::kTmaCpAsync128, GemmPath::kTmaCpAsync64, GemmPath::kTmaPlanned,
-                        GemmPath::kTmaPlannedSerial, GemmPath::kAuto}) {
+  const Family families[] = {{GemmPath::kMmaSync},       {GemmPath::kTmaPersistent}, {GemmPath::kTmaStore},
+                             {GemmPath::kTmaStore128},   {GemmPath::kTmaStore64},    {GemmPath::kTmaSplit128},
+                             {GemmPath::kTmaSplit64},    {GemmPath::kTmaPair256},    {GemmPath::kTmaPair128},
+                             {GemmPath::kTmaPairA128},   {GemmPath::kTmaPairA64},    lab(LabFamily::kTmaQuadA64),
+                             lab(LabFamily::kTmaOctA64), lab(LabFamily::kTmaCpAsync128), lab(LabFamily::kTmaCpAsync64),
+                             {GemmPath::kTmaPlanned},    {GemmPath::kTmaPlannedSerial}, {GemmPath::kAuto}};
+  for (const Family& family : families) {
     Tensor out = c0.copy_to(Device::CUDA);
     GemmArgs g{c.M, c.N, c.K,
                static_cast<const uint16_t*>(a.device.raw_data()), at ? c.M : c.K, at ? GemmLayout::T : GemmLayout::N,
@@ -111,9 +147,9 @@ int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float 
     g.alpha = alpha;
     g.beta = beta;
     g.op = "gemm_paths test";
-    const char* why = cuda::gemm_f16_on(g, path);
+    const char* why = run_family(g, family);
     if (why != nullptr) {
-      const std::string note = std::string(path_name(path)) + " not run: " + why;
+      const std::string note = family_name(family) + " not run: " + why;
       MESSAGE(note);
       continue;
     }
@@ -131,7 +167,7 @@ int check_case(const Case& c, bool at, bool bt, bool c_half, float alpha, float 
     }
     // One std::string per message: doctest would print a const char* operand of << as a pointer.
     std::ostringstream what;
-    what << path_name(path) << " " << c.M << "x" << c.N << "x" << c.K << " " << (at ? "T" : "N") << (bt ? "T" : "N")
+    what << family_name(family) << " " << c.M << "x" << c.N << "x" << c.K << " " << (at ? "T" : "N") << (bt ? "T" : "N")
          << (c_half ? " f16 out" : " f32 out") << " alpha " << alpha << " beta " << beta;
     if (first >= 0) what << "; first mismatch at (" << first / c.N << ", " << first % c.N << "): " << got[first] << " vs " << want[first];
     const std::string context = what.str();
@@ -174,13 +210,13 @@ CUDA_TEST_CASE("gemm paths cuda alpha and beta (C read: register epilogue) on ev
 namespace {
 /// The bits of C from one run of `path` on a fixed 1000^3 problem (FP32 out); empty where the family
 /// cannot run here.
-std::vector<float> run_bits(GemmPath path, const Operand& a, const Operand& b) {
+std::vector<float> run_bits(const Family& family, const Operand& a, const Operand& b) {
   Tensor out = Tensor::zeros({1000, 1000}, kFloat32, Device::CUDA);
   GemmArgs g{1000, 1000, 1000, static_cast<const uint16_t*>(a.device.raw_data()), 1000, GemmLayout::N,
              static_cast<const uint16_t*>(b.device.raw_data()), 1000, GemmLayout::N, out.raw_data(), 1000, false};
-  const char* why = cuda::gemm_f16_on(g, path);
+  const char* why = run_family(g, family);
   if (why != nullptr) {
-    const std::string note = std::string(path_name(path)) + " not run: " + why;
+    const std::string note = family_name(family) + " not run: " + why;
     MESSAGE(note);
     return {};
   }
@@ -205,14 +241,14 @@ CUDA_TEST_CASE("gemm paths cuda the cp.async producer fills the tiles TMA fills:
   // Same tiles, same wgmma order, and the same zero fill at the edges (K = 1000: the last slice is 40
   // of 64 wide; M = N = 1000: the last tile-row and tile-column stick out), so C must match bit for bit.
   const Operand a = make_operand(1000, 1000, 43), b = make_operand(1000, 1000, 44);
-  const std::pair<GemmPath, GemmPath> pairs[] = {{GemmPath::kTmaCpAsync128, GemmPath::kTmaStore128},
-                                                 {GemmPath::kTmaCpAsync64, GemmPath::kTmaStore64}};
+  const std::pair<Family, Family> pairs[] = {{lab(LabFamily::kTmaCpAsync128), {GemmPath::kTmaStore128}},
+                                             {lab(LabFamily::kTmaCpAsync64), {GemmPath::kTmaStore64}}};
   for (const auto& [cp_async, tma] : pairs) {
     const std::vector<float> got = run_bits(cp_async, a, b), want = run_bits(tma, a, b);
     if (got.empty() || want.empty()) continue;  // not an sm_90 GPU (named by run_bits)
     double norm = 0;
     for (float v : want) norm += static_cast<double>(v) * v;
-    const std::string context = std::string(path_name(cp_async)) + " against " + path_name(tma);
+    const std::string context = family_name(cp_async) + " against " + family_name(tma);
     INFO(context);
     CHECK(norm > 0);
     CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);

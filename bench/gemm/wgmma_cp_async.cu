@@ -1,5 +1,6 @@
-// gemm_wgmma_cuda.cu - the Hopper path of gemm_f16: launches the warpgroup-MMA block of
-// gemm_wgmma.cuh (math, layouts, mapping, pipeline and precision are described there).
+// wgmma_cp_async.cu - launches the lab's cp.async warpgroup-MMA block of wgmma_cp_async.cuh (math,
+// layouts, mapping, pipeline and precision are described there): rung 6 (wgmma_hopper.cu) and the
+// "wgmma" family of `gemm_bench --dispatch` (lab_families.cu).
 //
 // Math: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, C row-major, every N/T layout.
 // Mapping: one 256-thread block (2 warpgroups of 64 x 256) per 128 x 256 tile of C, one block per SM
@@ -8,11 +9,12 @@
 // Build: this file must be compiled for the sm_90a target only (wgmma and its descriptors exist only
 // there): CMake puts it in its own object library with CUDA_ARCHITECTURES 90a-real. If it is ever
 // compiled for another target, the kernel body becomes a trap (loud, never a silent wrong result),
-// and gemm_f16 still only calls launch() on a compute capability 9.0 device.
-#include "ops/matmul/gemm_wgmma_cuda.h"
+// and its callers only call launch() on a compute capability 9.0 device (gemm_tma::device_supported).
+#include "bench/gemm/wgmma_cp_async.h"
 
+#include "bench/gemm/wgmma_cp_async.cuh"
 #include "core/cuda/check.cuh"
-#include "ops/matmul/gemm_wgmma.cuh"
+#include "core/cuda/runtime.h"
 
 namespace halfgrad::cuda::gemm_wgmma {
 namespace {
@@ -41,19 +43,6 @@ void launch_layout(const GemmProblem& p, const char* op) {
 }
 
 }  // namespace
-
-bool device_supported(const char* op) {
-  (void)op;  // cuda::compute_capability names itself if the device is missing
-  return compute_capability() == 90;  // sm_90a code runs on compute capability 9.0 only
-}
-
-bool suits(const GemmProblem& p, bool vector, int64_t sm_count, const char* op) {
-  // Tiles for at least 3/4 of the SMs: measured (bench/gemm/README.md) at 2048^3, 128 tiles on 132
-  // SMs, wgmma gives 0.79x cuBLAS where the mma.sync small tile gives 0.45x; at 1024^3, 32 tiles, it
-  // gives 0.45x where the small tile gives 0.60x. Sizes in between were not measured.
-  return vector && p.M % 8 == 0 && p.N % 8 == 0 && p.K % 8 == 0 && 4 * tile_count(p.M, p.N) >= 3 * sm_count &&
-         device_supported(op);
-}
 
 void launch(const GemmProblem& p, bool a_trans, bool b_trans, const char* op) {
   if (!a_trans && !b_trans) launch_layout<false, false>(p, op);
