@@ -79,14 +79,8 @@ __global__ void __launch_bounds__(kThreads) mma_ldmatrix_swizzle_kernel(int M, i
       for (int mi = 0; mi < kMmaM; ++mi)
         load_a_fragment<false, kBlockM, kBlockK>(a[mi], a_tile, warp_m + mi * kInstrM, ks, lane);
 #pragma unroll
-      for (int nj = 0; nj < kMmaN / 2; ++nj) {
-        uint32_t b4[4];
-        load_b_fragments<false, kBlockN, kBlockK>(b4, b_tile, warp_n + nj * 2 * kInstrN, ks, lane);
-        b[2 * nj][0] = b4[0];
-        b[2 * nj][1] = b4[1];
-        b[2 * nj + 1][0] = b4[2];
-        b[2 * nj + 1][1] = b4[3];
-      }
+      for (int nj = 0; nj < kMmaN / 2; ++nj)
+        load_b_fragments<false, kBlockN, kBlockK>(b[2 * nj], b[2 * nj + 1], b_tile, warp_n + nj * 2 * kInstrN, ks, lane);
 #pragma unroll
       for (int mi = 0; mi < kMmaM; ++mi)
 #pragma unroll

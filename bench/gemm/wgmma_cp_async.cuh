@@ -34,6 +34,7 @@
 
 #include "ops/matmul/gemm_mma_tiles.cuh"
 #include "ops/matmul/gemm_wgmma.cuh"
+#include "ops/tensor_core/tma.cuh"
 
 namespace halfgrad::cuda::gemm_wgmma {
 
@@ -133,7 +134,7 @@ __device__ __forceinline__ void wgmma_gemm_block(const GemmProblem& p, uint8_t* 
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<kStages - 3>();  // this thread's copies of slice kt have landed
-    fence_proxy_async();
+    fence_proxy_async_shared();
     // Everyone's copies of slice kt are visible, and every warpgroup has finished the wgmmas of
     // slice kt - 2 (wait_group 1 at the end of the previous iteration): its slot can be refilled.
     __syncthreads();

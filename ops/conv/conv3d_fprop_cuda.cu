@@ -63,6 +63,7 @@
 
 #include "core/cuda/check.cuh"
 #include "ops/conv/conv_igemm.cuh"
+#include "ops/tensor_core/epilogue.cuh"
 #include "ops/conv/conv_split_k.h"
 
 namespace halfgrad::ops::conv::igemm {
@@ -127,7 +128,9 @@ __device__ __forceinline__ void load_slice(const Gather& g, const int4* rows, bo
 }
 
 /// C[m][n] = v (+ bias) through the epilogue e (the element's place: output_offset; row = m's gather
-/// row, read only by the scatter). The one place an output element is written, by both kernels.
+/// row, read only by the scatter): the element-wise store of a scatter or an odd-width output, and of
+/// the split-K sum (row-major even-width outputs of the unsplit kernel go out in pairs through
+/// ops/tensor_core/epilogue.cuh, with the same rounding).
 template <typename T>
 __device__ __forceinline__ void store_element(const Epilogue& e, int m, int4 row, int n, float v) {
   int ch;
@@ -137,9 +140,10 @@ __device__ __forceinline__ void store_element(const Epilogue& e, int m, int4 row
   else static_cast<float*>(e.out)[off] = v;
 }
 
+/// Results (m, n) and (m, n + 1) element by element (store_element), within the output's edges.
 template <class Cfg, typename T>
-__device__ __forceinline__ void store_pair(const Epilogue& e, const int4* rows, int block_m, int m, int n, float v0,
-                                           float v1, const Gather& g) {
+__device__ __forceinline__ void store_output_pair(const Epilogue& e, const int4* rows, int block_m, int m, int n, float v0,
+                                                  float v1, const Gather& g) {
   if (m >= g.M) return;
   const int4 row = rows[m - block_m];
   if (n < e.N) store_element<T>(e, m, row, n, v0);
@@ -159,6 +163,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
   for (int i = tid; i < Cfg::kBlockM; i += Cfg::kThreads) rows[i] = gather_row<kKind>(g, block_m + i);
   __syncthreads();
 
+  const LaneCoord a_at = LdmatrixX4::a<true>(lane), b_at = LdmatrixX4::b_pair<true>(lane);
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageHalfs; };
   auto stage_b = [&](int s) { return smem + s * Cfg::kStageHalfs + Cfg::kBlockM * kSmemRow; };
 
@@ -194,20 +199,16 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
     const T* Bs = stage_b(kt % kStages);
 #pragma unroll
     for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {
+      // Both tiles keep K contiguous: A's rows are output voxels, B's output channels.
       unsigned a[Cfg::kMmaM][4], b[Cfg::kMmaN][2];
 #pragma unroll
       for (int i = 0; i < Cfg::kMmaM; ++i)
-        ldmatrix_x4(a[i], As + (warp_m * Cfg::kWarpM + i * kInstrM + lane % 16) * kSmemRow + ks * kInstrK + (lane / 16) * 8);
+        LdmatrixX4::load_a<true>(a[i], shared_address(As + (warp_m * Cfg::kWarpM + i * kInstrM + a_at.row) * kSmemRow +
+                                                      ks * kInstrK + a_at.col));
 #pragma unroll
-      for (int j = 0; j < Cfg::kMmaN; j += 2) {
-        unsigned r[4];
-        ldmatrix_x4(r, Bs + (warp_n * Cfg::kWarpN + j * kInstrN + (lane / 16) * 8 + lane % 8) * kSmemRow + ks * kInstrK +
-                           ((lane / 8) % 2) * 8);
-        b[j][0] = r[0];
-        b[j][1] = r[1];
-        b[j + 1][0] = r[2];
-        b[j + 1][1] = r[3];
-      }
+      for (int j = 0; j < Cfg::kMmaN; j += 2)
+        LdmatrixX4::load_b_pair<true>(b[j], b[j + 1], shared_address(Bs + (warp_n * Cfg::kWarpN + j * kInstrN + b_at.row) *
+                                                                         kSmemRow + ks * kInstrK + b_at.col));
 #pragma unroll
       for (int i = 0; i < Cfg::kMmaM; ++i)
 #pragma unroll
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
   }
   cp_async_wait<0>();
 
-  // Accumulator (i, j) holds rows lane/4 and lane/4 + 8, columns 2*(lane%4) and +1.
+  // Accumulator (i, j) holds pairs h = 0, 1 at (Acc::pair_row(lane, h), Acc::pair_col(lane)) of its 16 x 8 tile.
   if (partial) {  // split K: this slice's raw FP32 sums to partial[z] (M, N); sum_slices_kernel does the epilogue
     float* part = partial + int64_t{blockIdx.z} * g.M * e.N;
 #pragma unroll
@@ -225,8 +226,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
       for (int j = 0; j < Cfg::kMmaN; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int m = block_m + warp_m * Cfg::kWarpM + i * kInstrM + lane / 4 + h * 8;
-          const int n = block_n + warp_n * Cfg::kWarpN + j * kInstrN + (lane % 4) * 2;
+          const int m = block_m + warp_m * Cfg::kWarpM + i * kInstrM + Acc::pair_row(lane, h);
+          const int n = block_n + warp_n * Cfg::kWarpN + j * kInstrN + Acc::pair_col(lane);
           if (m >= g.M || n >= e.N) continue;
           const int64_t off = static_cast<int64_t>(m) * e.N + n;  // even when N is: float2-aligned
           if (e.N % 2 == 0) {
@@ -239,16 +240,21 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
     return;
   }
 
-  // Epilogue (unsplit): bias, rounding and the store, straight from the accumulators.
+  // Epilogue (unsplit): bias, rounding and the store, straight from the accumulators. A row-major
+  // output of even width goes out in pairs through the Tensor Core kernels' one store
+  // (ops/tensor_core/epilogue.cuh: alpha 1, beta 0, C (M, N) with ldc N); a scatter or an odd width
+  // element by element (store_output_pair).
   const bool pair_store = !e.scatter && e.N % 2 == 0;
+  const cuda::tensor_core::Epilogue out{e.out, e.N, 1.f, 0.f, e.out_operand, /*pair_ok=*/true, /*quad_ok=*/false,
+                                  std::is_same_v<T, __nv_bfloat16>};
 #pragma unroll
   for (int i = 0; i < Cfg::kMmaM; ++i)
 #pragma unroll
     for (int j = 0; j < Cfg::kMmaN; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int m = block_m + warp_m * Cfg::kWarpM + i * kInstrM + lane / 4 + h * 8;
-        const int n = block_n + warp_n * Cfg::kWarpN + j * kInstrN + (lane % 4) * 2;
+        const int m = block_m + warp_m * Cfg::kWarpM + i * kInstrM + Acc::pair_row(lane, h);
+        const int n = block_n + warp_n * Cfg::kWarpN + j * kInstrN + Acc::pair_col(lane);
         float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
         if (pair_store) {
           if (m >= g.M || n >= e.N) continue;
@@ -257,11 +263,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
             v0 += operand_to_float(bias[n]);
             v1 += operand_to_float(bias[n + 1]);
           }
-          const int64_t off = static_cast<int64_t>(m) * e.N + n;
-          if (e.out_operand) store_operand_pair(static_cast<T*>(e.out) + off, v0, v1);
-          else *reinterpret_cast<float2*>(static_cast<float*>(e.out) + off) = make_float2(v0, v1);
+          cuda::tensor_core::store_pair(out, g.M, e.N, m, n, v0, v1);  // rounds to T (RNE) as store_element does
         } else {
-          store_pair<Cfg, T>(e, rows, block_m, m, n, v0, v1, g);
+          store_output_pair<Cfg, T>(e, rows, block_m, m, n, v0, v1, g);
         }
       }
 }

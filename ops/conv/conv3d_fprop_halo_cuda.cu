@@ -286,23 +286,24 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
   }
   cp_async_commit();  // waited for with the first tile's halo
 
-  // This lane's bias values: columns 8j + 2 (lane % 4) and + 1 of each n8 tile j.
+  // This lane's bias values: columns 8j + Acc::pair_col(lane) and + 1 of each n8 tile j.
   constexpr int kMmaN = kN / kInstrN;
   float bias[kMmaN][2];
 #pragma unroll
   for (int j = 0; j < kMmaN; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      bias[j][h] = a.bias ? operand_to_float(static_cast<const T*>(a.bias)[j * kInstrN + (lane % 4) * 2 + h]) : 0.f;
+      bias[j][h] = a.bias ? operand_to_float(static_cast<const T*>(a.bias)[j * kInstrN + Acc::pair_col(lane) + h]) : 0.f;
 
   // ldmatrix row offsets (halfs) at tap (0, 0, 0), channel step 0 (file comment: parallel mapping).
+  // Both operands keep K (channels) contiguous: A's rows are voxels of the halo, the lane's row r of
+  // m16 tile i being halo voxel (2i + r / 8, r % 8) of the warp's plane; B's rows output channels.
+  const LaneCoord a_at = LdmatrixX4::a<true>(lane), b_at = LdmatrixX4::b_pair<true>(lane);
   int a_row[kMmaM];
 #pragma unroll
-  for (int i = 0; i < kMmaM; ++i) {
-    const int r = lane % 16;
-    a_row[i] = ((warp * kHalo + 2 * i + r / 8) * kHalo + r % 8) * L::kVoxelRow + (lane / 16) * 8;
-  }
-  const int b_row = ((lane / 16) * 8 + lane % 8) * L::kWeightRow + ((lane / 8) % 2) * 8;
+  for (int i = 0; i < kMmaM; ++i)
+    a_row[i] = ((warp * kHalo + 2 * i + a_at.row / 8) * kHalo + a_at.row % 8) * L::kVoxelRow + a_at.col;
+  const int b_row = b_at.row * L::kWeightRow + b_at.col;
   const uint32_t halo_s = shared_address(halo), wts_s = shared_address(wts);  // byte addresses (.shared)
 
   // The previous BN's per-channel (mean, scale, beta), read by the halo load (kNormIn); the first
@@ -370,18 +371,12 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
       for (int kc = 0; kc < kC / kInstrK; ++kc) {
         uint32_t b[kMmaN][2];
 #pragma unroll
-        for (int j = 0; j < kMmaN; j += 2) {
-          uint32_t r[4];
-          ldmatrix_x4(r, wts_s + 2 * (b_row + j * kInstrN * L::kWeightRow + tap * kC + kc * kInstrK));
-          b[j][0] = r[0];
-          b[j][1] = r[1];
-          b[j + 1][0] = r[2];
-          b[j + 1][1] = r[3];
-        }
+        for (int j = 0; j < kMmaN; j += 2)
+          LdmatrixX4::load_b_pair<true>(b[j], b[j + 1], wts_s + 2 * (b_row + j * kInstrN * L::kWeightRow + tap * kC + kc * kInstrK));
 #pragma unroll
         for (int i = 0; i < kMmaM; ++i) {
           uint32_t af[4];
-          ldmatrix_x4(af, halo_s + 2 * (a_row[i] + shift + kc * kInstrK));
+          LdmatrixX4::load_a<true>(af, halo_s + 2 * (a_row[i] + shift + kc * kInstrK));
 #pragma unroll
           for (int j = 0; j < kMmaN; ++j) mma_m16n8k16<T>(acc[i][j], af, b[j]);
         }
@@ -390,16 +385,16 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
     }
     __syncthreads();  // every warp is done with the halo: it becomes the staging tile
 
-    // Accumulator (i, j) holds rows lane/4 and lane/4 + 8 of m16 tile i = tile voxels
-    // 64 warp + 16 i + lane/4 (+ 8), columns 8j + 2 (lane % 4) and + 1.
+    // Accumulator (i, j)'s pair h is tile voxel 64 warp + 16 i + Acc::pair_row(lane, h), columns
+    // 8j + Acc::pair_col(lane) and + 1.
 #pragma unroll
     for (int i = 0; i < kMmaM; ++i)
 #pragma unroll
       for (int j = 0; j < kMmaN; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int v = warp * kTile * kTile + i * kInstrM + h * 8 + lane / 4;
-          store_operand_pair(halo + v * L::kStageRow + j * kInstrN + (lane % 4) * 2, acc[i][j][2 * h] + bias[j][0],
+          const int v = warp * kTile * kTile + i * kInstrM + Acc::pair_row(lane, h);
+          store_operand_pair(halo + v * L::kStageRow + j * kInstrN + Acc::pair_col(lane), acc[i][j][2 * h] + bias[j][0],
                              acc[i][j][2 * h + 1] + bias[j][1]);
         }
     __syncthreads();

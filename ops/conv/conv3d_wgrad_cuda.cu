@@ -126,6 +126,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const LaneCoord a_at = LdmatrixX4::a<false>(lane), b_at = LdmatrixX4::b_pair<false>(lane);
   const int warp_m = warp % Cfg::kWarpsM, warp_n = warp / Cfg::kWarpsM;
   const int co0 = blockIdx.x * Cfg::kBlockM, n0 = blockIdx.y * Cfg::kBlockN;
   const int m_begin = blockIdx.z * p.rows_per_split;
@@ -160,21 +161,16 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p)
     const T* Bs = stage_b(kt % kStages);  // (k = M rows, n = K cols) : K-major B
 #pragma unroll
     for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {
+      // Both tiles keep the GEMM's M / N contiguous (rows are k, the voxels): the .trans loads.
       unsigned a[Cfg::kMmaM][4], b[Cfg::kMmaN][2];
 #pragma unroll
       for (int i = 0; i < Cfg::kMmaM; ++i)
-        ldmatrix_x4_trans(a[i], As + (ks * kInstrK + (lane / 16) * 8 + lane % 8) * Cfg::kRowA + warp_m * Cfg::kWarpM +
-                                    i * kInstrM + ((lane / 8) % 2) * 8);
+        LdmatrixX4::load_a<false>(a[i], shared_address(As + (ks * kInstrK + a_at.row) * Cfg::kRowA + warp_m * Cfg::kWarpM +
+                                                       i * kInstrM + a_at.col));
 #pragma unroll
-      for (int j = 0; j < Cfg::kMmaN; j += 2) {
-        unsigned r[4];
-        ldmatrix_x4_trans(r, Bs + (ks * kInstrK + ((lane / 8) % 2) * 8 + lane % 8) * Cfg::kRowB + warp_n * Cfg::kWarpN +
-                                 j * kInstrN + (lane / 16) * 8);
-        b[j][0] = r[0];
-        b[j][1] = r[1];
-        b[j + 1][0] = r[2];
-        b[j + 1][1] = r[3];
-      }
+      for (int j = 0; j < Cfg::kMmaN; j += 2)
+        LdmatrixX4::load_b_pair<false>(b[j], b[j + 1], shared_address(Bs + (ks * kInstrK + b_at.row) * Cfg::kRowB +
+                                                                          warp_n * Cfg::kWarpN + j * kInstrN + b_at.col));
 #pragma unroll
       for (int i = 0; i < Cfg::kMmaM; ++i)
 #pragma unroll
@@ -190,8 +186,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p)
     for (int j = 0; j < Cfg::kMmaN; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int co = co0 + warp_m * Cfg::kWarpM + i * kInstrM + lane / 4 + (r / 2) * 8;
-        const int kk = n0 + warp_n * Cfg::kWarpN + j * kInstrN + (lane % 4) * 2 + r % 2;
+        const int co = co0 + warp_m * Cfg::kWarpM + i * kInstrM + Acc::row(lane, r);
+        const int kk = n0 + warp_n * Cfg::kWarpN + j * kInstrN + Acc::col(lane, r);
         if (co < p.cout && kk < p.g.K) out[static_cast<int64_t>(co) * p.g.K + kk] = acc[i][j][r];
       }
 }

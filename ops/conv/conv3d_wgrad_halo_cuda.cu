@@ -214,9 +214,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) halo_wgrad_ker
   // (lane / 16) * 8 + 0..7; its halo row for tap (a, b, e) is that voxel moved by (a, b, e) in the
   // halo. The warp's taps are (a, tb, te), a = 0..2 (file comment), so (tb, te) is folded in here;
   // the halo plane hz = z + a and the y pair are added in the loop.
-  const int a_row = (lane / 16) * 8 + lane % 8, a_col = ((lane / 8) % 2) * 8;
+  const LaneCoord a_at = LdmatrixX4::a<false>(lane), b_at = LdmatrixX4::b_pair<false>(lane);
+  const int a_row = a_at.row, a_col = a_at.col;
   const int tb = warp / 3, te = warp % 3;
-  const int b_row = (((lane / 8) % 2) + tb) * Cfg::kHx + lane % 8 + te, b_col = (lane / 16) * 8;
+  const int b_row = (b_at.row / 8 + tb) * Cfg::kHx + b_at.row % 8 + te, b_col = b_at.col;
 
   if (t_begin < t_end) load_tile<Cfg>(p, t_begin, smem);
   cp_async_commit();
@@ -235,19 +236,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) halo_wgrad_ker
       for (int z = 0; z < Cfg::kTz; ++z)
 #pragma unroll
         for (int i = 0; i < Cfg::kMmaM; ++i)
-          ldmatrix_x4_trans(a[z][i], dys + ((z * Cfg::kStepsPerZ + yp) * kInstrK + a_row) * Cfg::kRowDy + i * kInstrM + a_col);
+          LdmatrixX4::load_a<false>(a[z][i], shared_address(dys + ((z * Cfg::kStepsPerZ + yp) * kInstrK + a_row) *
+                                                                      Cfg::kRowDy + i * kInstrM + a_col));
       // Halo plane hz serves tap a at tile plane z = hz - a: one B fragment, up to three taps.
 #pragma unroll
       for (int hz = 0; hz < Cfg::kHz; ++hz) {
         const T* xrow = xs + (b_row + hz * Cfg::kHy * Cfg::kHx + yp * 2 * Cfg::kHx) * Cfg::kRowX + b_col;
 #pragma unroll
         for (int n = 0; n < Cfg::kMmaN; n += 2) {
-          uint32_t r[4], b0[2], b1[2];
-          ldmatrix_x4_trans(r, xrow + n * kInstrN);
-          b0[0] = r[0];
-          b0[1] = r[1];
-          b1[0] = r[2];
-          b1[1] = r[3];
+          uint32_t b0[2], b1[2];
+          LdmatrixX4::load_b_pair<false>(b0, b1, shared_address(xrow + n * kInstrN));
 #pragma unroll
           for (int ta = 0; ta < Cfg::kTapsPerWarp; ++ta) {
             const int z = hz - ta;
@@ -275,8 +273,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) halo_wgrad_ker
       for (int n = 0; n < Cfg::kMmaN; ++n)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const int co = i * kInstrM + lane / 4 + (r / 2) * 8;
-          const int ci = n * kInstrN + (lane % 4) * 2 + r % 2;
+          const int co = i * kInstrM + Acc::row(lane, r);
+          const int ci = n * kInstrN + Acc::col(lane, r);
           const int tap = 9 * ta + 3 * tb + te;  // (a, b, e) = (ta, tb, te)
           if (co < p.cout && ci < p.cin) out[static_cast<int64_t>(co) * K + tap * p.cin + ci] = acc[ta][i][n][r];
         }
@@ -299,16 +297,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_c1_kernel(HaloArgs<T
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[i][n][r] = 0.f;
 
-  // B (voxel, tap) fragment of n8 block n: lane (g = lane / 4, q = lane % 4) holds tap 8n + g at
-  // voxels 2q, 2q + 1 (b[0]: y row 0 of the k-step) and 8 + 2q, 8 + 2q + 1 (b[1]: y row 1). Its halo
-  // offset is that tap's shift 100a + 10b + e plus the voxel's; a tap >= 27 is padding (zeros).
+  // B (voxel, tap) fragment of n8 block n (Mma16816BFragment): lane l holds tap 8n + l / 4 at voxels
+  // 2 (l % 4) and + 1 (b[0]: y row 0 of the k-step) and 8 + 2 (l % 4) and + 1 (b[1]: y row 1). Its
+  // halo offset is that tap's shift 100a + 10b + e plus the voxel's; a tap >= 27 is padding (zeros).
+  using BFrag = Mma16816BFragment;
   int tap_off[Cfg::kMmaN];
 #pragma unroll
   for (int n = 0; n < Cfg::kMmaN; ++n) {
-    const int tap = n * kInstrN + lane / 4;
-    tap_off[n] = tap < 27 ? ((tap / 9) * Cfg::kHy + (tap / 3) % 3) * Cfg::kHx + tap % 3 + 2 * (lane % 4) : -1;
+    const int tap = n * kInstrN + BFrag::col(lane);
+    tap_off[n] = tap < 27 ? ((tap / 9) * Cfg::kHy + (tap / 3) % 3) * Cfg::kHx + tap % 3 + BFrag::row(lane, 0, 0) : -1;
   }
-  const int a_row = (lane / 16) * 8 + lane % 8, a_col = ((lane / 8) % 2) * 8;
+  const LaneCoord a_at = LdmatrixX4::a<false>(lane);
+  const int a_row = a_at.row, a_col = a_at.col;
 
   // Stage s: halo (kHaloHalfs scalars) then dy (kVoxels, kRowDy).
   T next_halo[Cfg::kHaloPerThread];
@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_c1_kernel(HaloArgs<T
       uint32_t a[Cfg::kMmaM][4];
 #pragma unroll
       for (int i = 0; i < Cfg::kMmaM; ++i)
-        ldmatrix_x4_trans(a[i], dys + (ks * kInstrK + a_row) * Cfg::kRowDy + i * kInstrM + a_col);
+        LdmatrixX4::load_a<false>(a[i], shared_address(dys + (ks * kInstrK + a_row) * Cfg::kRowDy + i * kInstrM + a_col));
       const int step_off = (ks / Cfg::kStepsPerZ) * Cfg::kHy * Cfg::kHx + (ks % Cfg::kStepsPerZ) * 2 * Cfg::kHx;
 #pragma unroll
       for (int n = 0; n < Cfg::kMmaN; ++n) {
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_c1_kernel(HaloArgs<T
     for (int n = 0; n < Cfg::kMmaN; ++n)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int co = i * kInstrM + lane / 4 + (r / 2) * 8, tap = n * kInstrN + (lane % 4) * 2 + r % 2;
+        const int co = i * kInstrM + Acc::row(lane, r), tap = n * kInstrN + Acc::col(lane, r);
         red[(warp * Cfg::kCoutPad + co) * Cfg::kTapsPad + tap] = acc[i][n][r];
       }
   __syncthreads();

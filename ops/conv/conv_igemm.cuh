@@ -1,7 +1,9 @@
 // conv_igemm.cuh - what the CUDA convolution kernels of ops/conv/ share (internal; .cu files only):
 // the implicit-GEMM view of a convolution over channels-last volumes, fast integer division and the
-// pointer-level launchers. The Tensor Core primitives (cp.async, ldmatrix, mma.sync.m16n8k16) and the
-// tile-shape vocabulary are ops/tensor_core/'s (ptx.cuh, tile_shape.h), shared with the GEMM.
+// pointer-level launchers. The Tensor Core primitives (cp.async, ldmatrix, mma.sync.m16n8k16), the
+// lanes' fragment maps and the tile-shape vocabulary are ops/tensor_core/'s (ptx.cuh, fragment.cuh,
+// tile_shape.h), shared with the GEMM: each kernel keeps its gather, its shared-memory layout and its
+// epilogue.
 //
 // 16-bit operands: the Tensor Core kernels are templates over their operand type T, __half (FP16) or
 // __nv_bfloat16 (BF16; mma.sync.m16n8k16 has .f16 and .bf16 forms on sm_80+, ldmatrix and cp.async
@@ -40,13 +42,17 @@
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
+#include "ops/tensor_core/fragment.cuh"
 #include "ops/tensor_core/ptx.cuh"
 #include "ops/tensor_core/tile_shape.h"
 
 namespace halfgrad::ops::conv::igemm {
 
-// The PTX wrappers (cp_async_16, ldmatrix_x4, mma_m16n8k16, ...) and TileShape: ops/tensor_core/.
+// The PTX wrappers (cp_async_16, ldmatrix_x4, mma_m16n8k16, ...), the warp-level fragment maps
+// (LdmatrixX4, Mma16816Accumulator) and TileShape: ops/tensor_core/.
 using namespace cuda::tensor_core;
+/// Where each lane's accumulator pairs lie in an m16n8 tile (fragment.cuh), for every kernel here.
+using Acc = Mma16816Accumulator;
 
 // ---- fast division by a runtime constant ------------------------------------------------------------
 /// n / d and n % d for 0 <= n < 2^31 by a multiply-high and a shift (CUTLASS's FastDivmod): with

@@ -28,13 +28,16 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/tensor_core/epilogue.cuh"
+#include "ops/tensor_core/fragment.cuh"
 #include "ops/tensor_core/ptx.cuh"
 #include "ops/tensor_core/tile_shape.h"
 
 namespace halfgrad::cuda::gemm_tiles {
 
-// The PTX wrappers (cp_async_16, ldmatrix_x4, mma_m16n8k16, ...) and the tile-shape vocabulary
-// (TileShape, Block, Warp, Stages, ...) are tensor_core's, shared with ops/conv/ and bench/gemm/.
+// The PTX wrappers (cp_async_16, ldmatrix_x4, mma_m16n8k16, ...), the warp-level fragment maps
+// (fragment.cuh: LdmatrixX4, Mma16816Accumulator) and the tile-shape vocabulary (TileShape, Block,
+// Warp, Stages, ...) are tensor_core's, shared with ops/conv/ and bench/gemm/.
 using namespace tensor_core;
 
 /// The mma.sync instruction shape: D (16x8) += A (16x16) * B (16x8).
@@ -125,125 +128,7 @@ __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* g, int
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Epilogue store of two horizontally adjacent results (row, col) and (row, col+1) of C, guarded
-// against the matrix edge. pair_ok: ldc even and C aligned, so the two go out as one 8-byte
-// (FP32) or 4-byte (FP16 / BF16) store. beta == 0 never reads C (it may hold NaN or garbage).
-// store_quad does the same for four results (row, col..col+3), used by the shared-memory-staged
-// epilogue; it falls back to two store_pair where the vector does not fit (edge, alignment).
-// ---------------------------------------------------------------------------------------------
-struct Epilogue {
-  void* C;
-  int64_t ldc;
-  float alpha, beta;
-  bool c_half;   // C is 16-bit: FP16, or BF16 when c_bf16
-  bool pair_ok;  // ldc even, C aligned to 2 elements: store_pair writes one 8- or 4-byte vector
-  bool quad_ok;  // ldc % 4 == 0, C aligned to 4 elements: store_quad writes one 16- or 8-byte vector
-  bool c_bf16 = false;  // last, so that the benches' positional {C, ldc, alpha, beta, c_half, pair, quad} still fit
-};
-
-// The two 16-bit output types, as bits: a pair packs element 0 into the low half (little-endian,
-// the layout of __half2 / __nv_bfloat162).
-__device__ __forceinline__ float c16_to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float c16_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ uint16_t c16_bits(float v) {
-  if constexpr (std::is_same_v<T, __half>) return __half_as_ushort(__float2half_rn(v));
-  else return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-template <typename T>
-__device__ __forceinline__ float c16_bits_to_float(uint32_t bits) {
-  if constexpr (std::is_same_v<T, __half>) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-  else return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
-}
-template <typename T>
-__device__ __forceinline__ uint32_t c16_pack(float lo, float hi) {
-  return static_cast<uint32_t>(c16_bits<T>(lo)) | (static_cast<uint32_t>(c16_bits<T>(hi)) << 16);
-}
-
-template <typename T>
-__device__ __forceinline__ void store_pair16(const Epilogue& e, int64_t at, bool both, float v0, float v1) {
-  T* c = static_cast<T*>(e.C) + at;
-  if (e.beta != 0.f) {
-    v0 += e.beta * c16_to_float(c[0]);
-    if (both) v1 += e.beta * c16_to_float(c[1]);
-  }
-  uint16_t* cb = reinterpret_cast<uint16_t*>(c);
-  if (both && e.pair_ok) {
-    *reinterpret_cast<uint32_t*>(cb) = c16_pack<T>(v0, v1);
-  } else {
-    cb[0] = c16_bits<T>(v0);
-    if (both) cb[1] = c16_bits<T>(v1);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void store_quad16(const Epilogue& e, int64_t at, float4 v) {
-  uint2* c = reinterpret_cast<uint2*>(static_cast<T*>(e.C) + at);
-  if (e.beta != 0.f) {
-    const uint2 old = *c;
-    v.x += e.beta * c16_bits_to_float<T>(old.x & 0xffffu);
-    v.y += e.beta * c16_bits_to_float<T>(old.x >> 16);
-    v.z += e.beta * c16_bits_to_float<T>(old.y & 0xffffu);
-    v.w += e.beta * c16_bits_to_float<T>(old.y >> 16);
-  }
-  uint2 packed;
-  packed.x = c16_pack<T>(v.x, v.y);
-  packed.y = c16_pack<T>(v.z, v.w);
-  *c = packed;
-}
-
-__device__ __forceinline__ void store_pair(const Epilogue& e, int M, int N, int row, int col, float v0, float v1) {
-  if (row >= M || col >= N) return;
-  v0 *= e.alpha;
-  v1 *= e.alpha;
-  const bool both = col + 1 < N;
-  const int64_t at = static_cast<int64_t>(row) * e.ldc + col;
-  if (e.c_half) {
-    if (e.c_bf16) store_pair16<__nv_bfloat16>(e, at, both, v0, v1);
-    else store_pair16<__half>(e, at, both, v0, v1);
-  } else {
-    float* c = static_cast<float*>(e.C) + at;
-    if (e.beta != 0.f) {
-      v0 += e.beta * c[0];
-      if (both) v1 += e.beta * c[1];
-    }
-    if (both && e.pair_ok) {
-      *reinterpret_cast<float2*>(c) = make_float2(v0, v1);
-    } else {
-      c[0] = v0;
-      if (both) c[1] = v1;
-    }
-  }
-}
-
-__device__ __forceinline__ void store_quad(const Epilogue& e, int M, int N, int row, int col, float4 v) {
-  if (row >= M || col >= N) return;
-  if (!(e.quad_ok && col + 3 < N)) {
-    store_pair(e, M, N, row, col, v.x, v.y);
-    store_pair(e, M, N, row, col + 2, v.z, v.w);
-    return;
-  }
-  v.x *= e.alpha;
-  v.y *= e.alpha;
-  v.z *= e.alpha;
-  v.w *= e.alpha;
-  const int64_t at = static_cast<int64_t>(row) * e.ldc + col;
-  if (e.c_half) {
-    if (e.c_bf16) store_quad16<__nv_bfloat16>(e, at, v);
-    else store_quad16<__half>(e, at, v);
-  } else {
-    float4* c = reinterpret_cast<float4*>(static_cast<float*>(e.C) + at);
-    if (e.beta != 0.f) {
-      const float4 old = *c;
-      v.x += e.beta * old.x;
-      v.y += e.beta * old.y;
-      v.z += e.beta * old.z;
-      v.w += e.beta * old.w;
-    }
-    *c = v;
-  }
-}
+// The epilogue stores (Epilogue, store_pair, store_quad, c16_pack): ops/tensor_core/epilogue.cuh.
 
 
 // ---------------------------------------------------------------------------------------------
@@ -312,29 +197,24 @@ struct GemmProblem {
 /// [kTileM][kTileK] (K contiguous) or, kATrans, [kTileK][kTileM] (M contiguous); both swizzled.
 template <bool kATrans, int kTileM, int kTileK>
 __device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], uint32_t tile, int m0, int ks, int lane) {
-  if constexpr (!kATrans) {  // matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15)
-    const int row = m0 + (lane & 15);
-    const int chunk = ks * 2 + (lane >> 4);
-    ldmatrix_x4(a, tile + 2 * tile_offset<kTileK, true>(row, chunk));
-  } else {  // stored rows are k; matrix q covers k 8*(q/2).., m 8*(q%2)..
-    const int row = ks * kInstrK + (lane & 7) + ((lane >> 4) << 3);
-    const int chunk = m0 / kChunkHalfs + ((lane >> 3) & 1);
-    ldmatrix_x4_trans(a, tile + 2 * tile_offset<kTileM, true>(row, chunk));
+  const LaneCoord at = LdmatrixX4::a<!kATrans>(lane);
+  if constexpr (!kATrans) {  // stored rows are m, 16-byte chunks of k
+    LdmatrixX4::load_a<true>(a, tile + 2 * tile_offset<kTileK, true>(m0 + at.row, ks * 2 + at.col / kChunkHalfs));
+  } else {  // stored rows are k, chunks of m
+    LdmatrixX4::load_a<false>(a, tile + 2 * tile_offset<kTileM, true>(ks * kInstrK + at.row, m0 / kChunkHalfs + at.col / kChunkHalfs));
   }
 }
 
-/// B fragments of two adjacent mma columns (n0..n0+15) for k-step ks: b[0..1] for n0, b[2..3] for
-/// n0+8. Tile [kTileK][kTileN] (N contiguous) or, kBTrans, [kTileN][kTileK] (K contiguous); swizzled.
+/// B fragments of two adjacent mma columns (n0..n0+15) for k-step ks: b0 for n0, b1 for n0+8. Tile
+/// [kTileK][kTileN] (N contiguous) or, kBTrans, [kTileN][kTileK] (K contiguous); swizzled.
 template <bool kBTrans, int kTileN, int kTileK>
-__device__ __forceinline__ void load_b_fragments(uint32_t (&b)[4], uint32_t tile, int n0, int ks, int lane) {
-  if constexpr (kBTrans) {  // matrix q covers n 8*(q/2).., k 8*(q%2)..
-    const int row = n0 + (lane & 7) + ((lane >> 4) << 3);
-    const int chunk = ks * 2 + ((lane >> 3) & 1);
-    ldmatrix_x4(b, tile + 2 * tile_offset<kTileK, true>(row, chunk));
-  } else {  // stored rows are k; matrix q covers k 8*(q%2).., n 8*(q/2)..
-    const int row = ks * kInstrK + (lane & 15);
-    const int chunk = n0 / kChunkHalfs + (lane >> 4);
-    ldmatrix_x4_trans(b, tile + 2 * tile_offset<kTileN, true>(row, chunk));
+__device__ __forceinline__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b1)[2], uint32_t tile, int n0, int ks,
+                                                 int lane) {
+  const LaneCoord at = LdmatrixX4::b_pair<kBTrans>(lane);
+  if constexpr (kBTrans) {  // stored rows are n, chunks of k
+    LdmatrixX4::load_b_pair<true>(b0, b1, tile + 2 * tile_offset<kTileK, true>(n0 + at.row, ks * 2 + at.col / kChunkHalfs));
+  } else {  // stored rows are k, chunks of n
+    LdmatrixX4::load_b_pair<false>(b0, b1, tile + 2 * tile_offset<kTileN, true>(ks * kInstrK + at.row, n0 / kChunkHalfs + at.col / kChunkHalfs));
   }
 }
 
@@ -370,14 +250,9 @@ __device__ __forceinline__ void load_warp_fragments(WarpFragments<S>& f, uint32_
   for (int mi = 0; mi < S::kMmaM; ++mi)
     load_a_fragment<kATrans, S::kBlockM, S::kBlockK>(f.a[mi], a_tile, warp_m0 + mi * kInstrM, ks, lane);
 #pragma unroll
-  for (int nj = 0; nj < S::kMmaN / 2; ++nj) {
-    uint32_t b4[4];
-    load_b_fragments<kBTrans, S::kBlockN, S::kBlockK>(b4, b_tile, warp_n0 + nj * 2 * kInstrN, ks, lane);
-    f.b[2 * nj][0] = b4[0];
-    f.b[2 * nj][1] = b4[1];
-    f.b[2 * nj + 1][0] = b4[2];
-    f.b[2 * nj + 1][1] = b4[3];
-  }
+  for (int nj = 0; nj < S::kMmaN / 2; ++nj)
+    load_b_fragments<kBTrans, S::kBlockN, S::kBlockK>(f.b[2 * nj], f.b[2 * nj + 1], b_tile, warp_n0 + nj * 2 * kInstrN,
+                                                      ks, lane);
 }
 
 /// Number of blocks to launch for an M x N problem: one per kBlockM x kBlockN tile of C.
@@ -466,17 +341,17 @@ __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint
   }
   cp_async_wait<0>();  // no copy may still target shared memory when the block exits
 
-  const int g = lane >> 2;
-  const int t = lane & 3;
+  using Acc = Mma16816Accumulator;
   if constexpr (!S::kStagedEpilogue) {
 #pragma unroll
     for (int mi = 0; mi < S::kMmaM; ++mi) {
 #pragma unroll
       for (int ni = 0; ni < S::kMmaN; ++ni) {
-        const int row = tile_m + warp_m0 + mi * kInstrM + g;
-        const int col = tile_n + warp_n0 + ni * kInstrN + 2 * t;
-        store_pair(p.out, p.M, p.N, row, col, acc[mi][ni][0], acc[mi][ni][1]);
-        store_pair(p.out, p.M, p.N, row + 8, col, acc[mi][ni][2], acc[mi][ni][3]);
+        const int col = tile_n + warp_n0 + ni * kInstrN + Acc::pair_col(lane);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          store_pair(p.out, p.M, p.N, tile_m + warp_m0 + mi * kInstrM + Acc::pair_row(lane, h), col, acc[mi][ni][2 * h],
+                     acc[mi][ni][2 * h + 1]);
       }
     }
   } else {
@@ -489,9 +364,11 @@ __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint
     for (int mi = 0; mi < S::kMmaM; ++mi) {
 #pragma unroll
       for (int ni = 0; ni < S::kMmaN; ++ni) {
-        const int col = ni * kInstrN + 2 * t;
-        *reinterpret_cast<float2*>(staging + g * kPitch + col) = make_float2(acc[mi][ni][0], acc[mi][ni][1]);
-        *reinterpret_cast<float2*>(staging + (g + 8) * kPitch + col) = make_float2(acc[mi][ni][2], acc[mi][ni][3]);
+        const int col = ni * kInstrN + Acc::pair_col(lane);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float2*>(staging + Acc::pair_row(lane, h) * kPitch + col) =
+              make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
       }
       __syncwarp();
 #pragma unroll

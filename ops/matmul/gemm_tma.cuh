@@ -59,6 +59,7 @@
 
 #include "ops/matmul/gemm_mma_tiles.cuh"
 #include "ops/matmul/gemm_wgmma.cuh"
+#include "ops/tensor_core/fragment.cuh"
 #include "ops/tensor_core/tma.cuh"
 
 namespace halfgrad::cuda::gemm_tma {
@@ -274,10 +275,11 @@ __device__ __forceinline__ void store_tile_tma(const float (&d)[kBN / 2], float 
 #pragma unroll
     for (int f = 0; f < kFragmentsPerBox; ++f) {
       const int j = box * kFragmentsPerBox + f;
-      const int col_bytes = (8 * f + 2 * (lane % 4)) * kElementBytes;  // within the box's 128-byte row
+      // Fragment j's pair column within the box (8 f + 2 (lane % 4)), in bytes of its 128-byte row.
+      const int col_bytes = tc::WgmmaAccumulator::pair_col(lane, f) * kElementBytes;
 #pragma unroll
       for (int half_row = 0; half_row < 2; ++half_row) {
-        const int r = warp * 16 + lane / 4 + 8 * half_row;
+        const int r = tc::WgmmaAccumulator::pair_row(warp, lane, half_row);
         const uint32_t at = buffer + r * 128 + ((((col_bytes >> 4) ^ (r & 7))) << 4) + (col_bytes & 15);
         const float v0 = alpha * d[4 * j + 2 * half_row], v1 = alpha * d[4 * j + 2 * half_row + 1];
         if constexpr (kHalf) {
@@ -558,14 +560,14 @@ __device__ __forceinline__ void warp_specialized_gemm_block(const GemmProblem& p
       else store_tile_tma<false, kBN>(d, p.out.alpha, map_c, buffers, consumer, tile_m, tile_n, box_count);
       continue;
     }
-    // Straight from the accumulators (the fragment layout of tensor_core::wgmma_m64n256k16).
-    const int row = tile_m + consumer * kWarpgroupM + warp * 16 + lane / 4;
-    const int col0 = tile_n + 2 * (lane % 4);
+    // Straight from the accumulators (tensor_core::WgmmaAccumulator: pair (j, h) in registers 4j + 2h, + 1).
+    using Acc = tc::WgmmaAccumulator;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      gemm_tiles::store_pair(p.out, p.M, p.N, row, col0 + 8 * j, d[4 * j], d[4 * j + 1]);
-      gemm_tiles::store_pair(p.out, p.M, p.N, row + 8, col0 + 8 * j, d[4 * j + 2], d[4 * j + 3]);
-    }
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        gemm_tiles::store_pair(p.out, p.M, p.N, tile_m + consumer * kWarpgroupM + Acc::pair_row(warp, lane, h),
+                               tile_n + Acc::pair_col(lane, j), d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   }
   // The shared memory a TMA store reads must stay valid until it has been read (.read: the writes to
   // global memory need not have landed; they are complete when the grid is, as CUTLASS's epilogue assumes).

@@ -26,7 +26,7 @@
 
 namespace halfgrad::cuda::gemm_wgmma {
 
-// The PTX wrappers (wgmma_*, matrix_descriptor, fence_proxy_async, cp_async_*): ops/tensor_core/ptx.cuh.
+// The PTX wrappers (wgmma_*, matrix_descriptor, cp_async_*): ops/tensor_core/ptx.cuh.
 using namespace tensor_core;
 using gemm_tiles::GemmProblem;
 

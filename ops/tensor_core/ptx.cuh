@@ -2,7 +2,7 @@
 // implicit-GEMM convolutions in ops/conv/, the ladder's rungs in bench/gemm/): cp.async, ldmatrix,
 // mma.sync.m16n8k16 (FP16 and BF16; the instruction's shape is Mma16816 in tile_shape.h),
 // shared-memory loads and stores by address, a named barrier, and on sm_90a wgmma (fence, commit /
-// wait groups, the m64n256k16 instruction, shared-memory matrix descriptors) with fence.proxy.async.
+// wait groups, the m64n<N>k16 instructions, shared-memory matrix descriptors).
 // The TMA and mbarrier wrappers live beside it, in the same namespace, in ops/tensor_core/tma.cuh.
 // Internal: .cu / .cuh files only.
 //
@@ -19,7 +19,7 @@
 // order of the products, so results are the same bits either way).
 //
 // Architectures: cp.async, ldmatrix and mma.sync m16n8k16 need sm_80 or newer (compiling this for an
-// older target is an error, not a silent fallback). wgmma and fence.proxy.async exist only for the
+// older target is an error, not a silent fallback). wgmma exists only for the
 // sm_90a target (__CUDA_ARCH_FEAT_SM90_ALL), so they are defined only there; code calling them must
 // sit under the same guard (ops/matmul/gemm_wgmma.cuh does).
 #pragma once
@@ -159,9 +159,8 @@ __device__ __forceinline__ void named_barrier_sync(int id) {
 // ---- wgmma and the async proxy (sm_90a only) -------------------------------------------------------
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-/// Makes this thread's generic-proxy shared-memory writes (cp.async, ordinary stores) visible to the
-/// async proxy (wgmma, TMA); issue it before the barrier that hands the data to them.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// (The proxy fence that hands generic-proxy writes to wgmma and TMA, fence_proxy_async_shared, is
+// tma.cuh's.)
 
 /// Shared-memory matrix descriptor of wgmma: start address, leading and stride byte offsets (all
 /// >> 4) and the swizzle mode in bits 62-63 (1 = 128-byte swizzle); base offset 0, so the tile must

@@ -238,7 +238,8 @@ __device__ __forceinline__ void tma_store_wait() {
 // ---------------------------------------------------------------------------------------------
 
 /// Orders this thread's generic-proxy shared-memory accesses (ordinary st.shared, cp.async) before
-/// later async-proxy ones (wgmma operand reads, TMA stores), and the reverse.
+/// later async-proxy ones (wgmma operand reads, TMA stores), and the reverse: issue it before the
+/// barrier that hands generic-proxy writes to wgmma or TMA. The one wrapper of fence.proxy.async.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
