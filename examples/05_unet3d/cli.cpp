@@ -164,6 +164,10 @@ static CLI::App* add_eval(CLI::App& app, EvalArgs& e) {
   eval->add_option("--overlay", e.overlay,
                    "folder for a PNG per volume: the slice with most foreground, image | label | prediction");
   eval->add_flag("--overwrite", e.overwrite, "replace --overlay PNGs that exist (refused otherwise)");
+  eval->add_option("--nsd-tolerance", e.nsd_tolerance,
+                   "tolerance in mm of the normalised surface Dice (default 1): the share of both surfaces within "
+                   "this distance of the other")
+      ->transform(finite_number(0, false, 1000));
   eval->add_flag("!--no-memory-check", e.memory_check,
                  "evaluate even when the estimated memory of the largest volume's forward exceeds what is free");
   return eval;

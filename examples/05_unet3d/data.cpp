@@ -67,7 +67,7 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
   auto prep = [&](const std::vector<io::MsdPair>& pairs, std::vector<io::MsdCase>& cases, std::vector<SegVolume>& out) {
     for (size_t i = 0; i < pairs.size(); ++i) {
       io::Sample s = io::prepare_fixed_shape(io::zscore(cases[i].image.data), cases[i].label.data, shape);
-      out.push_back({pairs[i].image, s.image, s.label});
+      out.push_back({pairs[i].image, s.image, s.label, cases[i].image.spacing});
     }
   };
   prep(split.train, train_cases, data.train);
@@ -90,8 +90,8 @@ SegData load_default_data(const Recipe& r) {
   data.volume_shape = {vshape[0], vshape[1], vshape[2]};
   data.root = options.dir;
   data.files = {"ch2.nii.gz", "aal.nii.gz", "aal.nii.txt"};  // what load_mricron_atlas reads
-  data.train.push_back({"ch2 left hemisphere", split.train.image, split.train.label});
-  data.val.push_back({"ch2 right hemisphere", val.image, val.label});
+  data.train.push_back({"ch2 left hemisphere", split.train.image, split.train.label, atlas.image.spacing});
+  data.val.push_back({"ch2 right hemisphere", val.image, val.label, atlas.image.spacing});
   return data;
 }
 

@@ -21,6 +21,7 @@ struct SegVolume {
   std::string name;
   halfgrad::Tensor image;  // (D, H, W) float32, z-scored
   halfgrad::Tensor label;  // (D, H, W) int64 in [0, num_classes)
+  std::array<double, 3> spacing_mm{1.0, 1.0, 1.0};  // (z, y, x), the image's (eval's surface metrics)
 };
 
 struct SegData {

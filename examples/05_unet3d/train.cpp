@@ -1,5 +1,6 @@
 // train.cpp - the train and eval subcommands of halfgrad-unet3d. Training is the Trainer's
-// (trainer.h): setup, one step() for the eager and the CUDA-graph paths, end_epoch(), report().
+// (trainer.h): setup, one step() for the eager and the CUDA-graph paths, end_epoch(), report(). eval
+// reports Dice, HD95 and the normalised surface Dice (surface_distance.h) per class and per volume.
 #include "examples/05_unet3d/train.h"
 
 #include <filesystem>
@@ -11,7 +12,9 @@
 #include "core/error.h"
 #include "examples/05_unet3d/data.h"
 #include "examples/05_unet3d/memory_estimate.h"
+#include "examples/05_unet3d/metrics.h"
 #include "examples/05_unet3d/overlay.h"
+#include "examples/05_unet3d/surface_distance.h"
 #include "examples/05_unet3d/trainer.h"
 #include "unet3d/trained_model.h"
 
@@ -25,6 +28,51 @@ amp::PrecisionPlan precision_plan(const TrainArgs& a) {
 }
 
 int run_train(const TrainArgs& a, const RankContext& ctx) { return Trainer(a, ctx).run(); }
+
+// eval's per-volume rows and the per-class means of Dice, HD95 and the normalised surface Dice. A
+// volume where a class is in exactly one of prediction and label has no HD95 for it (null in the
+// row): the class's mean HD95 is over the others, and hd95_undefined counts them.
+class BoundaryTable {
+ public:
+  explicit BoundaryTable(int64_t classes) : classes_(classes) {}
+  void add(const std::string& name, const std::vector<double>& dice, const std::vector<SurfaceScores>& surface) {
+    nlohmann::json hd95 = nlohmann::json::array(), nsd = nlohmann::json::array();
+    for (const SurfaceScores& s : surface) {
+      hd95.push_back(s.hd95_defined ? nlohmann::json(s.hd95_mm) : nlohmann::json(nullptr));
+      nsd.push_back(s.surface_dice);
+    }
+    rows_.push_back({{"name", name}, {"dice", dice}, {"hd95_mm", hd95}, {"surface_dice", nsd}});
+    scores_.push_back(surface);
+  }
+  nlohmann::json to_json(double tolerance_mm) const {
+    std::vector<double> hd95(classes_, 0.0), nsd(classes_, 0.0);
+    std::vector<int64_t> defined(classes_, 0), undefined(classes_, 0);
+    for (const std::vector<SurfaceScores>& v : scores_)
+      for (int64_t c = 0; c < classes_; ++c) {
+        nsd[c] += v[c].surface_dice;
+        if (v[c].hd95_defined) {
+          hd95[c] += v[c].hd95_mm;
+          ++defined[c];
+        } else {
+          ++undefined[c];
+        }
+      }
+    nlohmann::json hd95_mean = nlohmann::json::array();
+    double nsd_all = 0;
+    for (int64_t c = 0; c < classes_; ++c) {
+      hd95_mean.push_back(defined[c] ? nlohmann::json(hd95[c] / defined[c]) : nlohmann::json(nullptr));
+      nsd[c] /= std::max<size_t>(scores_.size(), 1);
+      nsd_all += nsd[c] / std::max<int64_t>(classes_, 1);
+    }
+    return {{"hd95_mm", hd95_mean},         {"hd95_undefined", undefined},     {"surface_dice", nsd},
+            {"mean_surface_dice", nsd_all}, {"surface_dice_tolerance_mm", tolerance_mm}, {"per_volume", rows_}};
+  }
+
+ private:
+  int64_t classes_;
+  std::vector<nlohmann::json> rows_;
+  std::vector<std::vector<SurfaceScores>> scores_;
+};
 
 // eval --overlay's picture of volume `name`: DIR/<file name less .nii[.gz]>.png.
 static std::filesystem::path overlay_path(const std::string& dir, const std::string& name) {
@@ -70,15 +118,19 @@ int run_eval(const EvalArgs& a) {
     HG_CHECK(std::filesystem::is_directory(a.overlay, ec),
              "halfgrad-unet3d eval: --overlay " << a.overlay << ": cannot create the folder (" << ec.message() << ")");
   }
-  const auto overlay = [&](const SegVolume& v, const Tensor& pred) {
-    write_png(overlay_path(a.overlay, v.name).string(), compose_overlay(v.image, v.label, pred));
+  // Per volume: the overlay, Dice and the boundary metrics (surface_distance.h) at the volume's spacing.
+  BoundaryTable boundary(data.num_classes - 1);
+  const auto each_volume = [&](const SegVolume& v, const Tensor& pred) {
+    if (!a.overlay.empty()) write_png(overlay_path(a.overlay, v.name).string(), compose_overlay(v.image, v.label, pred));
+    boundary.add(v.name, dice_per_class(pred, v.label, data.num_classes),
+                 surface_scores_per_class(pred, v.label, data.num_classes, v.spacing_mm, a.nsd_tolerance));
   };
-  std::vector<double> dice = validate(*model, data.val, data.num_classes, mp, where,
-                                      a.overlay.empty() ? std::function<void(const SegVolume&, const Tensor&)>{} : overlay);
+  std::vector<double> dice = validate(*model, data.val, data.num_classes, mp, where, each_volume);
   double mean = 0;
   for (double d : dice) mean += d;
   mean /= std::max<size_t>(dice.size(), 1);
   nlohmann::json out = {{"dice", dice}, {"mean_dice", mean}, {"volumes", data.val.size()}};
+  out.update(boundary.to_json(a.nsd_tolerance));
   std::cout << out.dump() << std::endl;
   return 0;
 }

@@ -56,6 +56,7 @@ struct EvalArgs {
   bool memory_check = true;
   std::string overlay;  // --overlay DIR: a PNG per volume (overlay.h): image | label | prediction
   bool overwrite = false;  // --overwrite: replace --overlay PNGs that exist (refused otherwise)
+  double nsd_tolerance = 1.0;  // --nsd-tolerance MM: the normalised surface Dice's tolerance (surface_distance.h)
 };
 
 /// The precision the words of `a` ask for (--opt-level, --amp, --amp-dtype, --fp32-op, --fp32-module):
@@ -65,6 +66,9 @@ halfgrad::amp::PrecisionPlan precision_plan(const TrainArgs& a);
 /// Trains: Trainer(a, ctx).run() (trainer.h); `ctx` is this process's rank (RankContext{}: the
 /// single-process program). Returns 0; throws halfgrad::Error on bad options, data or memory.
 int run_train(const TrainArgs& a, const RankContext& ctx);
+/// Evaluates a checkpoint on the validation volumes (every pair with all_for_eval): prints one JSON
+/// line with per-class Dice, HD95 (mm) and normalised surface Dice (surface_distance.h), their means
+/// over volumes, and the same per volume. Returns 0.
 int run_eval(const EvalArgs& a);
 
 }  // namespace unet3d_app

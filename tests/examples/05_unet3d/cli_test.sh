@@ -35,6 +35,8 @@ expect 2 "--epochs: '99999999999999999999' is out of range; expected a decimal i
   -- train --out "$tmp/a" --epochs 99999999999999999999
 expect 2 "--seed" -- train --out "$tmp/a" --seed -1
 expect 2 "--lr: 'nan' is not finite; expected a finite number > 0" -- train --out "$tmp/a" --lr nan
+expect 2 "--nsd-tolerance: '-1' is out of range; expected a finite number in [0, 1000]" -- eval --checkpoint "$tmp/a" --nsd-tolerance -1
+expect 0 "--nsd-tolerance" "normalised surface Dice" -- eval --help
 expect 2 "--memory-format ndhwc asks for channels-last activations, but with --device cpu" \
   -- train --out "$tmp/a" --memory-format ndhwc
 expect 0 "--overwrite" "--no-memory-check" "INT:decimal in [1, 1000000]" -- train --help
