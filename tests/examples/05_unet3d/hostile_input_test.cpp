@@ -38,7 +38,11 @@ constexpr int64_t kSide = 16;  // 16^3 volumes: the tiny recipe's patch
 
 io::Volume volume(const Tensor& data, const std::array<double, 16>& affine = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1},
                   const std::array<double, 3>& spacing = {1, 1, 1}) {
-  return io::Volume{data, spacing, affine, {}};
+  io::Volume v;
+  v.data = data;
+  v.spacing = spacing;
+  v.affine = affine;
+  return v;
 }
 
 // A 16^3 sphere of class 1 (class 2 on its upper half) in noise; `seed` varies the image.
@@ -444,7 +448,7 @@ TEST_CASE("hostile 12: a class name that would break out of a CSV column or a gn
   TempDir dir("halfgrad_hostile");
   make_dataset(dir.file("data"), 5);
   const std::string evil = dir.file("pwned");
-  for (const std::string name : {std::string("a\nsystem(\"touch ") + evil + "\")\n#", std::string("dice,1"),
+  for (const std::string& name : {std::string("a\nsystem(\"touch ") + evil + "\")\n#", std::string("dice,1"),
                                  std::string("q\"uote"), std::string()}) {
     nlohmann::json ds = nlohmann::json::parse(slurp(dir.file("data/dataset.json")));
     ds["labels"]["1"] = name;
