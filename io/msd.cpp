@@ -131,10 +131,17 @@ MsdDataset load_msd(const std::string& root) {
   return out;
 }
 
-MsdSplit split_every_fifth(const std::vector<MsdPair>& pairs) {
+MsdSplit split_fold(const std::vector<MsdPair>& pairs, int64_t fold, int64_t folds) {
+  HG_CHECK(folds >= 2 && fold >= 0 && fold < folds,
+           "msd: fold " << fold << " of " << folds << "; expected 0 <= fold < folds and folds >= 2");
   MsdSplit split;
-  for (size_t i = 0; i < pairs.size(); ++i) (i % 5 == 4 ? split.val : split.train).push_back(pairs[i]);
+  for (size_t i = 0; i < pairs.size(); ++i)
+    (static_cast<int64_t>(i) % folds == fold ? split.val : split.train).push_back(pairs[i]);
   return split;
+}
+
+MsdSplit split_every_fifth(const std::vector<MsdPair>& pairs) {
+  return split_fold(pairs, 4, 5);
 }
 
 MsdCase load_msd_case(const MsdPair& pair, int64_t num_classes) {

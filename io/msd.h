@@ -48,7 +48,14 @@ struct MsdSplit {
   std::vector<MsdPair> val;
 };
 
-/// The reference's split: pairs[i] goes to validation when i % 5 == 4, else to training; order kept.
+/// Cross-validation folds: fold k of `folds` validates on pairs[i] with i % folds == k and trains on
+/// the others (pairs sorted by image name, as load_msd returns them; order kept). Interleaved rather
+/// than nnU-Net's shuffled KFold, so that a fold is a function of the file names alone. Throws
+/// halfgrad::Error unless 2 <= folds and 0 <= k < folds.
+MsdSplit split_fold(const std::vector<MsdPair>& pairs, int64_t fold, int64_t folds = 5);
+
+/// The reference's split: pairs[i] goes to validation when i % 5 == 4, else to training; order kept
+/// (split_fold(pairs, 4)).
 /// `pairs` should be in load_msd's order (sorted by image file name).
 MsdSplit split_every_fifth(const std::vector<MsdPair>& pairs);
 

@@ -114,6 +114,10 @@ static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
                     "activations' layout on cuda: ndhwc (channels-last, the default there; what the Tensor Core "
                     "convolutions read) or ncdhw. The CPU runs NCDHW only: ndhwc with --device cpu is an error")
       ->check(CLI::IsMember({"ndhwc", "ncdhw"}));
+  train->add_option("--fold", t.fold,
+                    "cross-validation fold K of 5 with --data: the pairs whose index (sorted by name) is K mod 5 "
+                    "validate, the others train (default 4: the reference's split, every 5th pair)")
+      ->transform(decimal_integer(0, 4));
   train->add_option("--seed", t.seed, "random seed (init, patches, flips)")
       ->transform(decimal_integer(0, std::numeric_limits<uint64_t>::max()));
   train->add_option("--config", t.config,
@@ -164,6 +168,10 @@ static CLI::App* add_eval(CLI::App& app, EvalArgs& e) {
   eval->add_option("--overlay", e.overlay,
                    "folder for a PNG per volume: the slice with most foreground, image | label | prediction");
   eval->add_flag("--overwrite", e.overwrite, "replace --overlay PNGs that exist (refused otherwise)");
+  eval->add_option("--fold", e.fold,
+                   "with --data, evaluate fold K's validation pairs only (the ones train --fold K held out); "
+                   "default: every pair")
+      ->transform(decimal_integer(0, 4));
   eval->add_option("--nsd-tolerance", e.nsd_tolerance,
                    "tolerance in mm of the normalised surface Dice (default 1): the share of both surfaces within "
                    "this distance of the other")
@@ -208,13 +216,16 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   train = add_train(app, train_args);
   eval = add_eval(app, eval_args);
   predict = add_predict(app, predict_args);
+  cv = app.add_subcommand("cv", "cross-validation summary of train --fold K runs: each fold's validation Dice per "
+                                "class and the mean and SD across folds; prints one JSON line");
+  cv->add_option("RUN_DIR", cv_runs, "run folders of train --data DIR --fold K, one per fold")->required();
   // A path given empty (`--data "$DATA"` with DATA unset) is a mistake, not "option not given": the
   // options below would otherwise quietly train on the default data, start a fresh run instead of
   // resuming, or switch an output off.
   const CLI::Validator non_empty(
       [](std::string& v) { return v.empty() ? std::string("is empty; expected a path (leave the option out instead)") : std::string(); },
       "PATH");
-  for (CLI::App* sub : {train, eval, predict})
+  for (CLI::App* sub : {train, eval, predict, cv})
     for (const char* name : {"--data", "--out", "--resume", "--grad-stats", "--checkpoint", "--input", "--output",
                              "--probabilities", "--labels", "--overlay"})
       if (CLI::Option* o = sub->get_option_no_throw(name)) o->check(non_empty);

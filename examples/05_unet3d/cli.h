@@ -53,6 +53,8 @@ struct CommandLine {
   CLI::App* train = nullptr;
   CLI::App* eval = nullptr;
   CLI::App* predict = nullptr;
+  CLI::App* cv = nullptr;
+  std::vector<std::string> cv_runs;  // cv RUN_DIR...: the run folders of train --fold K
   TrainArgs train_args;
   EvalArgs eval_args;
   PredictArgs predict_args;

@@ -23,7 +23,7 @@ static Shape divisible_shape(const Shape& s, int64_t levels) {
   return out;
 }
 
-SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval) {
+SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval, int64_t fold) {
   io::MsdDataset ds = io::load_msd(dir);
   const std::string json_path = dir + "/dataset.json";
   HG_CHECK(ds.num_classes >= 2, "halfgrad-unet3d: " << json_path << " declares " << ds.num_classes
@@ -39,12 +39,14 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
     for (const std::string* f : {&p.image, &p.label})
       data.files.push_back(std::filesystem::path(*f).lexically_normal().lexically_relative(base).string());
   io::MsdSplit split;
-  if (all_for_eval) split.val = ds.pairs;
-  else split = io::split_every_fifth(ds.pairs);
+  if (all_for_eval && fold < 0) split.val = ds.pairs;
+  else if (all_for_eval) split.val = io::split_fold(ds.pairs, fold, kFolds).val;
+  else split = io::split_fold(ds.pairs, fold, kFolds);
   HG_CHECK(!split.val.empty() && (all_for_eval || !split.train.empty()),
            "halfgrad-unet3d: " << json_path << " lists " << ds.pairs.size() << " pair(s); "
                                << (all_for_eval ? "expected at least one to evaluate"
-                                                : "expected at least 5 (every 5th pair, sorted by name, validates)"));
+                                                : "expected at least 5 (fold k validates on the pairs whose index, "
+                                                  "sorted by name, is k mod 5)"));
   // Volumes are z-scored, then zero-padded at the end to the recipe's shape, as the reference's prep.
   // A volume larger than that shape grows the shape (rounded up so that every level halves evenly)
   // instead of being cropped: cropping could cut the foreground away without a word.

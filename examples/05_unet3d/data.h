@@ -34,8 +34,14 @@ struct SegData {
   std::vector<std::string> files;        // every file read, relative to root (data_fingerprint.h)
 };
 
-/// MSD folder `dir`; `all_for_eval` puts every pair in `val` (for the eval subcommand).
-SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval);
+/// The folds of an MSD folder (io::split_fold): fold k validates on the pairs with index % kFolds == k.
+/// kReferenceFold is the reference recipe's split (every fifth pair from the fifth), train's default.
+constexpr int64_t kFolds = 5;
+constexpr int64_t kReferenceFold = 4;
+
+/// MSD folder `dir`. Training: fold `fold` (0 .. kFolds-1) splits the pairs. all_for_eval (the eval
+/// subcommand): every pair in `val` when fold < 0, else fold `fold`'s validation pairs only.
+SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval, int64_t fold = kReferenceFold);
 /// The embedded default (mricron-data).
 SegData load_default_data(const Recipe& r);
 

@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "examples/05_unet3d/cli.h"
+#include "examples/05_unet3d/cv.h"
 #include "examples/05_unet3d/distributed.h"
 #include "examples/05_unet3d/predict.h"
 #include "examples/05_unet3d/resume.h"
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
       return unet3d_app::run_train(t, ctx);
     }
     if (*cli.predict) return unet3d_app::run_predict(cli.predict_args);
+    if (*cli.cv) return unet3d_app::run_cv(cli.cv_runs);
     return unet3d_app::run_eval(cli.eval_args);
   } catch (const halfgrad::Error& err) {
     std::cerr << prefix << "error: " << err.what() << std::endl;

@@ -5,6 +5,7 @@
 
 #include "amp/precision_plan.h"
 #include "core/error.h"
+#include "examples/05_unet3d/data.h"
 
 namespace unet3d_app {
 
@@ -24,6 +25,7 @@ nlohmann::json train_args_to_json(const TrainArgs& a) {
           {"fp32_ops", a.fp32_ops},
           {"fp32_modules", a.fp32_modules},
           {"seed", std::to_string(a.seed)},  // a string: JSON readers differ on integers past 2^63
+          {"fold", a.fold},
           {"val_every", a.val_every},
           {"save_every", a.save_every},
           {"grad_stats", a.grad_stats},
@@ -54,6 +56,7 @@ TrainArgs train_args_from_json(const Field& j) {
   HG_CHECK(!seed.empty() && seed.size() <= 20 && std::all_of(seed.begin(), seed.end(), [](unsigned char c) { return c >= '0' && c <= '9'; }),
            j.where() << ": field 'seed' is \"" << seed.substr(0, 24) << "\"; expected decimal digits");
   a.seed = std::stoull(seed);
+  a.fold = j.has("fold") ? j["fold"].as_int(0, kFolds - 1) : kReferenceFold;  // runs saved before --fold
   a.val_every = j["val_every"].as_int();
   a.save_every = j["save_every"].as_int(1, INT64_MAX);
   a.grad_stats = j["grad_stats"].as_string();

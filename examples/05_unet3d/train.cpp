@@ -90,7 +90,9 @@ int run_eval(const EvalArgs& a) {
   nn::UNet3d* model = tm.model.get();
   const amp::OptLevel level = tm.plan.level;
   const amp::OptLevelSetup& mp = tm.mp;
-  SegData data = a.data.empty() ? load_default_data(r) : load_msd_data(a.data, r, true);
+  HG_CHECK(a.fold < 0 || !a.data.empty(),
+           "halfgrad-unet3d eval: --fold needs --data (the default data splits by hemisphere, not by fold)");
+  SegData data = a.data.empty() ? load_default_data(r) : load_msd_data(a.data, r, true, a.fold);
   HG_CHECK(data.num_classes == r.model.num_classes(),
            "halfgrad-unet3d eval: " << data.source << " has " << data.num_classes << " classes but checkpoint "
                                     << a.checkpoint << " was trained for " << r.model.num_classes());

@@ -27,6 +27,7 @@ struct TrainArgs {
   std::vector<std::string> fp32_ops;      // op kinds moved to autocast's FP32 list (amp::op_kind_name)
   std::vector<std::string> fp32_modules;  // module-name prefixes run in FP32 under autocast
   uint64_t seed = 0;
+  int64_t fold = 4;        // --fold K: cross-validation fold (data.h: kFolds, kReferenceFold); needs --data
   int64_t val_every = -1;
   int64_t save_every = 1;  // --save-every N: write the checkpoint every N epochs (and after the last)
   double max_minutes = 0;  // stop after this much training time (0 = no limit)
@@ -57,6 +58,7 @@ struct EvalArgs {
   std::string overlay;  // --overlay DIR: a PNG per volume (overlay.h): image | label | prediction
   bool overwrite = false;  // --overwrite: replace --overlay PNGs that exist (refused otherwise)
   double nsd_tolerance = 1.0;  // --nsd-tolerance MM: the normalised surface Dice's tolerance (surface_distance.h)
+  int64_t fold = -1;           // --fold K: only fold K's validation pairs of --data (-1: every pair)
 };
 
 /// The precision the words of `a` ask for (--opt-level, --amp, --amp-dtype, --fp32-op, --fp32-module):

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -221,7 +222,9 @@ void Trainer::guard_run_folder() {
 void Trainer::load_data() {
   manual_seed(a_.seed);  // the model's initial weights; batches come from batch_seed(seed, step)
   const auto t_load = Clock::now();
-  data_ = a_.data.empty() ? load_default_data(r_) : load_msd_data(a_.data, r_, false);
+  HG_CHECK(!a_.data.empty() || !std::count(a_.given.begin(), a_.given.end(), "--fold"),
+           "halfgrad-unet3d train: --fold needs --data (the default data splits by hemisphere, not by fold)");
+  data_ = a_.data.empty() ? load_default_data(r_) : load_msd_data(a_.data, r_, false, a_.fold);
   r_.model.num_classes(data_.num_classes);
   std::cout << "data: " << data_.source << ": " << data_.train.size() << " training, " << data_.val.size()
             << " validation volumes, " << data_.num_classes << " classes (loaded in " << fmt(seconds_since(t_load), 1)
