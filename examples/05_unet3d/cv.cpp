@@ -4,11 +4,13 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/json_checked.h"
 #include "examples/05_unet3d/data.h"
+#include "examples/05_unet3d/data_fingerprint.h"
 #include "unet3d/run_checkpoint.h"
 
 namespace unet3d_app {
@@ -29,7 +31,7 @@ struct FoldScores {
   int64_t fold = 0, epoch = 0;
   std::vector<std::string> class_names;  // foreground classes, from the dice_<name> columns
   std::vector<double> dice;
-  nlohmann::json data_fingerprint;
+  std::optional<DataFingerprint> data;  // absent in runs saved before 2026-12-04
 };
 
 // The run's fold and its checkpoint epoch's validation Dice, from RUN/training_state.safetensors.
@@ -44,7 +46,7 @@ FoldScores read_fold(const std::string& run) {
   f.fold = m["args"].has("fold") ? m["args"]["fold"].as_int(0, kFolds - 1) : kReferenceFold;
   f.epoch = m["last_epoch"].as_int();
   HG_CHECK(f.epoch >= 1, where << ": the run has not validated yet (no epoch with a validation Dice); train it further");
-  f.data_fingerprint = m.has("data_fingerprint") ? meta["data_fingerprint"] : nlohmann::json();
+  if (m.has("data_fingerprint")) f.data = DataFingerprint::from_json(m["data_fingerprint"]);
   const std::vector<std::string> header = split_csv(m["metrics"]["header"].as_string());
   std::vector<size_t> dice_columns;
   for (size_t i = 0; i < header.size(); ++i)
@@ -82,9 +84,11 @@ nlohmann::json cross_validation_summary(const std::vector<std::string>& run_dirs
     if (!folds.empty()) {
       HG_CHECK(f.class_names == folds[0].class_names,
                "halfgrad-unet3d cv: " << run << " has other classes than " << folds[0].run << "; expected one dataset");
-      HG_CHECK(f.data_fingerprint == folds[0].data_fingerprint,
-               "halfgrad-unet3d cv: " << run << " trained on other data than " << folds[0].run
-                                      << " (their data fingerprints differ); expected the folds of one dataset");
+      // The same files (sizes and XXH3-64), wherever the folder was: data_fingerprint.h's rule.
+      const bool differ = f.data.has_value() != folds[0].data.has_value() ||
+                          (f.data && data_changed(*folds[0].data, *f.data));
+      HG_CHECK(!differ, "halfgrad-unet3d cv: " << run << " trained on other data than " << folds[0].run
+                                               << " (their data fingerprints differ); expected the folds of one dataset");
     }
     folds.push_back(std::move(f));
   }
