@@ -185,7 +185,10 @@ static CLI::App* add_eval(CLI::App& app, EvalArgs& e) {
 static CLI::App* add_predict(CLI::App& app, PredictArgs& p) {
   CLI::App* predict = app.add_subcommand("predict", "segment NIfTI volumes with a checkpoint: a uint8 label map per volume, "
                                           "with the input's geometry");
-  predict->add_option("--checkpoint", p.checkpoint, "a run folder or its model.safetensors (written by train, or a PyTorch state_dict of the reference U-Net)")->required();
+  predict->add_option("--checkpoint", p.checkpoints,
+                      "a run folder or its model.safetensors (written by train, or a PyTorch state_dict of the reference "
+                      "U-Net); repeat it to ensemble several models (the mean of their softmax, as nnU-Net's folds)")
+      ->required();
   predict->add_option("--input", p.input, "a .nii/.nii.gz volume, or a folder of them (every *.nii, *.nii.gz)")
       ->required();
   predict->add_option("--output", p.output,

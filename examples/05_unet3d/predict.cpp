@@ -23,6 +23,7 @@
 #include "unet3d/trained_model.h"
 #include "io/nifti.h"
 #include "io/preprocess.h"
+#include "ops/elementwise/elementwise.h"
 #include "ops/reduce/reduce.h"
 #include "ops/softmax/softmax.h"
 
@@ -206,42 +207,78 @@ static void check_finite_logits(const Job& j, const Tensor& logits, amp::OptLeve
                                       << ")");
 }
 
-// One volume of predict: read and checked, segmented with the sliding window, written (label map,
-// --probabilities, --overlay) and scored against --labels. Returns its per-class Dice (empty without
-// --labels). Throws halfgrad::Error naming the file; nothing is written for a volume that fails before
-// its label map.
-static std::vector<double> predict_volume(const Job& j, const PredictArgs& a, const TrainedModel& tm,
-                                          const SlidingWindowOptions& sw, const Placement& where) {
+// One model of predict's ensemble (one member without --checkpoint repeated): the model, its
+// sliding window (its recipe's window, and with --tta its flip axes) and the file it came from.
+struct Member {
+  std::string checkpoint;
+  TrainedModel tm;
+  SlidingWindowOptions sw;
+};
+
+// The member's blended logits (K, D, H, W) of the z-scored image (1, D, H, W), checked finite.
+static Tensor member_logits(const Job& j, const PredictArgs& a, const Member& m, const Tensor& image, const Shape& s,
+                            const Placement& where, const std::string& label) {
+  const TilePlan plan = plan_tiles(s, m.sw);
+  ProgressBar bar("  " + label, plan.num_tiles() * mirror_passes(m.sw), a.progress);
+  const Network net = [&](const Tensor& x) {
+    NoGradGuard no_grad;
+    amp::AutocastGuard autocast(m.tm.mp.autocast_options());
+    return (*m.tm.model)(m.tm.mp.cast_input(where.input(x)));
+  };
+  const Tensor logits = sliding_window_logits(net, image, m.sw, [&](int64_t done, int64_t) {
+    bar.update(done * mirror_passes(m.sw));
+  });
+  bar.finish();
+  check_finite_logits(j, logits, m.tm.plan.level);  // nothing is written from a broken output
+  return logits;
+}
+
+// One volume of predict: read and checked, segmented with the sliding window (each member's; an
+// ensemble averages the members' softmax), written (label map, --probabilities, --overlay) and
+// scored against --labels. Returns its per-class Dice (empty without --labels). Throws
+// halfgrad::Error naming the file; nothing is written for a volume that fails before its label map.
+static std::vector<double> predict_volume(const Job& j, const PredictArgs& a, const std::vector<Member>& members,
+                                          const Placement& where) {
   const auto t0 = std::chrono::steady_clock::now();
+  const TrainedModel& tm = members[0].tm;
   const nn::UNet3dOptions& mo = tm.recipe.model;
   const int64_t K = mo.num_classes();
   std::vector<double> dice;
   const io::Volume vol = read_volume(j, mo);
   const Shape s = vol.data.shape();
-  const TilePlan plan = plan_tiles(s, sw);
-  if (a.memory_check) check_host_memory(j, s, plan, mo);
+  int64_t tiles = 0;
+  for (const Member& m : members) {
+    const TilePlan plan = plan_tiles(s, m.sw);
+    if (a.memory_check) check_host_memory(j, s, plan, mo);
+    tiles += plan.num_tiles();
+  }
   const Tensor image = io::zscore(vol.data).view_as_shape({1, s[0], s[1], s[2]});
-  ProgressBar bar("  " + j.name, plan.num_tiles() * mirror_passes(sw), a.progress);
-  const Network net = [&](const Tensor& x) {
-    NoGradGuard no_grad;
-    amp::AutocastGuard autocast(tm.mp.autocast_options());
-    return (*tm.model)(tm.mp.cast_input(where.input(x)));
-  };
-  const Tensor logits = sliding_window_logits(net, image, sw, [&](int64_t done, int64_t) {
-    bar.update(done * mirror_passes(sw));
-  });
-  bar.finish();
-  check_finite_logits(j, logits, tm.plan.level);  // nothing is written from a broken output
-  const Tensor labels = ops::argmax(logits, 0);  // (D, H, W) int64
+  Tensor labels, probabilities;
+  if (members.size() == 1) {
+    const Tensor logits = member_logits(j, a, members[0], image, s, where, j.name);
+    labels = ops::argmax(logits, 0);  // (D, H, W) int64
+    if (!j.probabilities.empty()) probabilities = ops::softmax(logits, 0).contiguous();
+  } else {
+    // The mean of the members' softmax, summed in member order (the same bits every run).
+    for (size_t i = 0; i < members.size(); ++i) {
+      const Tensor p = ops::softmax(member_logits(j, a, members[i], image, s, where,
+                                                  j.name + " [" + std::to_string(i + 1) + "/" +
+                                                      std::to_string(members.size()) + "]"),
+                                    0);
+      probabilities = i == 0 ? p.contiguous() : ops::add(probabilities, p);
+    }
+    probabilities = ops::affine(probabilities, 1.0 / static_cast<double>(members.size()), 0.0).contiguous();
+    labels = ops::argmax(probabilities, 0);
+  }
   io::Volume ref;
   if (!j.labels.empty()) {  // read and checked before anything is written
     ref = io::read_label_nifti(j.labels, K);
     io::check_same_geometry(vol, j.input, ref, j.labels, "halfgrad-unet3d predict: --labels");
   }
-  const Tensor probabilities = j.probabilities.empty() ? Tensor() : ops::softmax(logits, 0).contiguous();
   io::write_label_nifti(j.output, labels, vol);
   std::ostringstream line;
-  line << j.name << ": " << shape_str(s) << ", " << plan.num_tiles() << " tile(s), "
+  line << j.name << ": " << shape_str(s) << ", " << tiles << " tile(s)"
+       << (members.size() > 1 ? " over " + std::to_string(members.size()) + " models" : std::string()) << ", "
        << fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2) << " s -> "
        << j.output;
   if (!j.probabilities.empty()) {
@@ -265,36 +302,65 @@ static std::vector<double> predict_volume(const Job& j, const PredictArgs& a, co
   return dice;
 }
 
+// The models of --checkpoint, each with its window, checked to agree with the first on what goes in
+// (channels) and comes out (classes, and their names where both files have them).
+static std::vector<Member> load_members(const PredictArgs& a, const Placement& where) {
+  std::vector<Member> members;
+  for (const std::string& ck : a.checkpoints) {
+    Member m{ck, load_trained_model(ck, where, "predict"), {}};
+    if (!m.tm.inferred.empty()) std::cerr << "predict: " << ck << ": " << m.tm.inferred << std::endl;
+    if (!m.tm.unverified.empty()) std::cerr << "predict: note: " << m.tm.unverified << std::endl;
+    const nn::UNet3dOptions& mo = m.tm.recipe.model;
+    m.sw.window = m.tm.recipe.volume_shape;
+    m.sw.overlap = a.overlap;
+    if (a.tta) m.sw.mirror_axes = m.tm.recipe.flip_axes;  // the axes the model was trained with flips along
+    m.sw.divisor = int64_t{1} << mo.channels().size();
+    if (!members.empty()) {
+      const Member& first = members[0];
+      const nn::UNet3dOptions& fo = first.tm.recipe.model;
+      HG_CHECK(mo.in_channels() == fo.in_channels() && mo.num_classes() == fo.num_classes(),
+               "halfgrad-unet3d predict: " << ck << " takes " << mo.in_channels() << " channel(s) and gives "
+                                           << mo.num_classes() << " classes, " << first.checkpoint << " "
+                                           << fo.in_channels() << " and " << fo.num_classes()
+                                           << "; expected models of one task to ensemble");
+      HG_CHECK(m.tm.class_names.empty() || first.tm.class_names.empty() || m.tm.class_names == first.tm.class_names,
+               "halfgrad-unet3d predict: " << ck << " names its classes otherwise than " << first.checkpoint
+                                           << "; expected models of one task to ensemble");
+    }
+    members.push_back(std::move(m));
+  }
+  return members;
+}
+
 int run_predict(const PredictArgs& a) {
   HG_CHECK(a.overlap >= 0 && a.overlap <= kMaxOverlap,  // the command line checks it too (exit status 2)
            "halfgrad-unet3d predict: --overlap " << a.overlap << "; expected a fraction in [0, " << kMaxOverlap << "]");
+  HG_CHECK(!a.checkpoints.empty(), "halfgrad-unet3d predict: --checkpoint is required");
   const std::vector<Job> jobs = plan_jobs(a);
   const Placement where = make_placement(a.device, "ndhwc", "predict");
-  TrainedModel tm = load_trained_model(a.checkpoint, where, "predict");
-  if (!tm.inferred.empty()) std::cerr << "predict: " << a.checkpoint << ": " << tm.inferred << std::endl;
-  if (!tm.unverified.empty()) std::cerr << "predict: note: " << tm.unverified << std::endl;
-  const nn::UNet3dOptions& mo = tm.recipe.model;
-  SlidingWindowOptions sw;
-  sw.window = tm.recipe.volume_shape;
-  sw.overlap = a.overlap;
-  if (a.tta) sw.mirror_axes = tm.recipe.flip_axes;  // the axes the model was trained with flips along
-  sw.divisor = int64_t{1} << mo.channels().size();
-  if (a.memory_check)  // the largest tile's forward on the device
-    check_memory(estimate_eval_memory(mo, tm.model->num_parameters(), sw.window, tm.plan.level), available_memory(a.device),
-                 "predict", a.device, "the window is the recipe's volume_shape");
-  std::cout << "predict: " << jobs.size() << " volume(s) with " << a.checkpoint << " (UNet3d " << mo.describe() << ", "
-            << amp::opt_level_name(tm.plan.level) << ") on " << a.device << "; window " << sw.window[0] << "x" << sw.window[1]
-            << "x" << sw.window[2] << ", overlap " << a.overlap
-            << (a.tta ? ", mirroring TTA (" + std::to_string(mirror_passes(sw)) + " passes: the recipe's flip axes)" : "")
-            << std::endl;
+  const std::vector<Member> members = load_members(a, where);
+  for (const Member& m : members) {
+    const nn::UNet3dOptions& mo = m.tm.recipe.model;
+    if (a.memory_check)  // the largest tile's forward on the device
+      check_memory(estimate_eval_memory(mo, m.tm.model->num_parameters(), m.sw.window, m.tm.plan.level),
+                   available_memory(a.device), "predict", a.device, "the window is the recipe's volume_shape");
+    std::cout << "predict: " << jobs.size() << " volume(s) with " << m.checkpoint << " (UNet3d " << mo.describe() << ", "
+              << amp::opt_level_name(m.tm.plan.level) << ") on " << a.device << "; window " << m.sw.window[0] << "x"
+              << m.sw.window[1] << "x" << m.sw.window[2] << ", overlap " << a.overlap
+              << (a.tta ? ", mirroring TTA (" + std::to_string(mirror_passes(m.sw)) + " passes: the recipe's flip axes)" : "")
+              << std::endl;
+  }
+  if (members.size() > 1)
+    std::cout << "predict: an ensemble of " << members.size()
+              << " models: the label map is the argmax of their mean softmax" << std::endl;
 
-  const int64_t K = mo.num_classes();
+  const int64_t K = members[0].tm.recipe.model.num_classes();
   std::vector<std::string> failures;
   std::vector<double> dice_sum(static_cast<size_t>(std::max<int64_t>(K - 1, 0)), 0.0);
   int64_t scored = 0;
   for (const Job& j : jobs) {
     try {
-      const std::vector<double> d = predict_volume(j, a, tm, sw, where);
+      const std::vector<double> d = predict_volume(j, a, members, where);
       for (size_t c = 0; c < d.size(); ++c) dice_sum[c] += d[c];
       if (!d.empty()) ++scored;
     } catch (const std::exception& e) {

@@ -1,6 +1,6 @@
 // predict.h - `halfgrad-unet3d predict`: a trained U-Net segments NIfTI volumes it never saw.
 //
-//   halfgrad-unet3d predict --checkpoint CK --input FILE|DIR --output FILE|DIR [--device cpu|cuda]
+//   halfgrad-unet3d predict --checkpoint CK [--checkpoint CK2 ...] --input FILE|DIR --output FILE|DIR [--device cpu|cuda]
 //                           [--overlap F] [--tta] [--probabilities FILE|DIR] [--labels DIR] [--overlay DIR]
 //                           [--overwrite]
 //
@@ -14,6 +14,12 @@
 // {"volumes", "dice" (per foreground class, mean over volumes), "mean_dice"}. --overlay DIR writes
 // DIR/<name less .nii[.gz]>.png per volume (overlay.h), with the reference label when --labels is given.
 //
+// Ensembles: --checkpoint given several times (the run folders of the 5 folds of `train --fold K`,
+// say) predicts with each model (its own recipe's window and, with --tta, flip axes), averages their
+// softmax probabilities voxel by voxel and takes the argmax of the mean, as nnU-Net ensembles its folds;
+// --probabilities then writes the mean. The models must take the same input channels and give the same
+// classes (names too, where both files have them). With one checkpoint the label map is the argmax of
+// the logits, as before.
 // Files: a folder in takes every *.nii / *.nii.gz in it (sorted by name; an MSD imagesTs/ works as
 // is) and writes the same file names into the --output folder (created). One file in: --output is a
 // .nii/.nii.gz path or an existing folder. Every file is written atomically (temp file + rename);
@@ -25,6 +31,7 @@
 // reference label read and checked, before the first file); nothing already written is removed.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace unet3d_app {
 
@@ -33,7 +40,7 @@ namespace unet3d_app {
 constexpr double kMaxOverlap = 0.9;
 
 struct PredictArgs {
-  std::string checkpoint;     // checkpoint written by train
+  std::vector<std::string> checkpoints;  // --checkpoint, one or more (an ensemble): run folders or model.safetensors
   std::string input;          // a .nii/.nii.gz file or a folder of them
   std::string output;         // a file (one input) or a folder
   std::string device = "cpu";

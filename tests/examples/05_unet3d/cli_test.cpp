@@ -144,7 +144,7 @@ TEST_CASE("unet3d cli: predict's options reach PredictArgs; --checkpoint, --inpu
              "--no-progress", "--no-memory-check"});
   REQUIRE(*cli.predict);
   const unet3d_app::PredictArgs& p = cli.predict_args;
-  CHECK(p.checkpoint == "ck.bin");
+  CHECK(p.checkpoints == std::vector<std::string>{"ck.bin"});
   CHECK(p.input == "imagesTs");
   CHECK(p.output == "out");
   CHECK(p.device == "cuda");

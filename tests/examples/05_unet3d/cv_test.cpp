@@ -6,11 +6,15 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 
+#include <nifti1_io.h>
+
 #include "examples/05_unet3d/cv.h"
+#include "io/nifti.h"
 #include "io/msd.h"
 #include "tests/check_error.h"
 #include "tests/examples/05_unet3d/toy_msd.h"
@@ -29,6 +33,24 @@ struct CapturedStdout {
   ~CapturedStdout() { std::cout.rdbuf(saved); }
   std::string text() const { return buf.str(); }
 };
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// A --probabilities file's float32 values, as stored (x fastest, the class axis slowest), read with
+// nifticlib directly (io::read_nifti takes 3-D volumes only).
+std::vector<float> probabilities(const std::string& path) {
+  nifti_image* im = nifti_image_read(path.c_str(), 1);
+  REQUIRE(im != nullptr);
+  REQUIRE(im->datatype == DT_FLOAT32);
+  const float* v = static_cast<const float*>(im->data);
+  std::vector<float> out(v, v + im->nvox);
+  nifti_image_free(im);
+  return out;
+}
 }  // namespace
 
 TEST_CASE("unet3d folds: fold k of 5 validates on the pairs whose index is k mod 5; the reference split is fold 4") {
@@ -77,6 +99,41 @@ TEST_CASE("unet3d cv: two folds trained, eval --fold, the summary's means and SD
     CHECK(e["volumes"] == 2);
     for (int c = 0; c < 2; ++c)
       CHECK(e["dice"][c].get<double>() == doctest::Approx(s["folds"][0]["dice"][c].get<double>()).epsilon(1e-3));
+  }
+  // The ensemble (predict with --checkpoint twice): the mean of the two models' softmax, whose argmax
+  // is the label map; a model with itself gives the single model's bytes (mean of p and p is p).
+  {
+    const std::string img = data + "/imagesTr/case_0.nii.gz";
+    auto predict = [&](const std::vector<std::string>& cks, const std::string& tag) {
+      std::vector<std::string> args = {"predict", "--input", img, "--output", dir.file(tag + ".nii.gz"),
+                                       "--probabilities", dir.file(tag + "_p.nii.gz"), "--no-progress"};
+      for (const std::string& ck : cks) args.insert(args.end(), {"--checkpoint", ck});
+      CapturedStdout out;
+      REQUIRE(run(args) == 0);
+    };
+    predict({dir.file("f0")}, "a");
+    predict({dir.file("f3")}, "b");
+    predict({dir.file("f0"), dir.file("f3")}, "ab");
+    predict({dir.file("f0"), dir.file("f0")}, "aa");
+    CHECK(slurp(dir.file("aa.nii.gz")) == slurp(dir.file("a.nii.gz")));
+    CHECK(slurp(dir.file("aa_p.nii.gz")) == slurp(dir.file("a_p.nii.gz")));
+    const std::vector<float> pa = probabilities(dir.file("a_p.nii.gz")), pb = probabilities(dir.file("b_p.nii.gz")),
+                             pab = probabilities(dir.file("ab_p.nii.gz"));
+    REQUIRE(pa.size() == 3 * 16 * 16 * 16);
+    REQUIRE(pab.size() == pa.size());
+    int64_t off = 0;
+    for (size_t i = 0; i < pa.size(); ++i) off += std::fabs(pab[i] - (pa[i] + pb[i]) / 2) > 1e-6f;
+    CHECK(off == 0);
+    // Labels: the argmax over the class axis (the 4th, slowest) of the mean.
+    const Tensor lab = io::read_label_nifti(dir.file("ab.nii.gz"), 3).data;
+    int64_t wrong = 0;
+    for (int64_t v = 0; v < 16 * 16 * 16; ++v) {
+      int64_t best = 0;
+      for (int64_t c = 1; c < 3; ++c)
+        if (pab[c * 4096 + v] > pab[best * 4096 + v]) best = c;
+      wrong += lab.data<int64_t>()[v] != best;
+    }
+    CHECK(wrong == 0);
   }
   // Refused: two runs of one fold, a fold of other data, a run without --data.
   REQUIRE(train(data, 0, dir.file("f0b")) == 0);
