@@ -34,7 +34,7 @@ struct FoldScores {
   std::optional<DataFingerprint> data;  // absent in runs saved before 2026-12-04
 };
 
-// The run's fold and its checkpoint epoch's validation Dice, from RUN/training_state.safetensors.
+// The run's fold and its last validated epoch's Dice, from RUN/training_state.safetensors.
 FoldScores read_fold(const std::string& run) {
   const std::string where = "halfgrad-unet3d cv: " + run + "/" + kTrainingStateFile;
   const nlohmann::json meta = read_run_training_meta(run);
@@ -66,7 +66,7 @@ FoldScores read_fold(const std::string& run) {
     }
   }
   HG_CHECK(f.dice.size() == dice_columns.size(),
-           where << ": no metrics row for epoch " << f.epoch << ", the epoch its checkpoint holds");
+           where << ": no metrics row for epoch " << f.epoch << ", the run's last validated epoch");
   return f;
 }
 

@@ -1,7 +1,7 @@
 // cv.h - `halfgrad-unet3d cv RUN_DIR...`: the cross-validation summary of runs trained with
 // `train --fold K` (data.h: kFolds folds), as nnU-Net's summary of its folds: each fold's validation
-// Dice per class at the epoch its checkpoint holds (the last validated one, from the run's training
-// state), and across folds the mean and the sample standard deviation per class, and the mean over
+// Dice per class at its last validated epoch (from the run's training state; the checkpoint's epoch
+// for a run that finished, since the last epoch always validates), and across folds the mean and the sample standard deviation per class, and the mean over
 // classes. The runs must have trained on the same data (their data fingerprints, data_fingerprint.h,
 // agree) with the same class names, each on a different fold; folds not given are named in a note.
 #pragma once
