@@ -2,6 +2,7 @@
 #include "examples/05_unet3d/cv.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -62,7 +63,12 @@ FoldScores read_fold(const std::string& run) {
     for (size_t c : dice_columns) {
       HG_CHECK(c < fields.size() && !fields[c].empty(),
                where << ": epoch " << f.epoch << "'s metrics row '" << row << "' has no Dice in column " << header[c]);
-      f.dice.push_back(std::stod(fields[c]));
+      char* end = nullptr;
+      const double d = std::strtod(fields[c].c_str(), &end);
+      HG_CHECK(end == fields[c].c_str() + fields[c].size() && std::isfinite(d) && d >= 0 && d <= 1,
+               where << ": epoch " << f.epoch << "'s " << header[c] << " is '" << fields[c]
+                     << "'; expected a Dice in [0, 1]");
+      f.dice.push_back(d);
     }
   }
   HG_CHECK(f.dice.size() == dice_columns.size(),

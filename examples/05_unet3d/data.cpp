@@ -45,8 +45,10 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
   HG_CHECK(!split.val.empty() && (all_for_eval || !split.train.empty()),
            "halfgrad-unet3d: " << json_path << " lists " << ds.pairs.size() << " pair(s); "
                                << (all_for_eval ? "expected at least one to evaluate"
-                                                : "expected at least 5 (fold k validates on the pairs whose index, "
-                                                  "sorted by name, is k mod 5)"));
+                                                : "expected at least " + std::to_string(std::max<int64_t>(fold + 1, 2)) +
+                                                      " for fold " + std::to_string(fold) +
+                                                      " (fold k validates on the pairs whose index, sorted by name, "
+                                                      "is k mod 5, and trains on the others)"));
   // Volumes are z-scored, then zero-padded at the end to the recipe's shape, as the reference's prep.
   // A volume larger than that shape grows the shape (rounded up so that every level halves evenly)
   // instead of being cropped: cropping could cut the foreground away without a word.
@@ -69,7 +71,8 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
   auto prep = [&](const std::vector<io::MsdPair>& pairs, std::vector<io::MsdCase>& cases, std::vector<SegVolume>& out) {
     for (size_t i = 0; i < pairs.size(); ++i) {
       io::Sample s = io::prepare_fixed_shape(io::zscore(cases[i].image.data), cases[i].label.data, shape);
-      out.push_back({pairs[i].image, s.image, s.label, cases[i].image.spacing});
+      const Shape own = cases[i].image.data.shape();
+      out.push_back({pairs[i].image, s.image, s.label, cases[i].image.spacing, {own[0], own[1], own[2]}});
     }
   };
   prep(split.train, train_cases, data.train);
@@ -92,8 +95,9 @@ SegData load_default_data(const Recipe& r) {
   data.volume_shape = {vshape[0], vshape[1], vshape[2]};
   data.root = options.dir;
   data.files = {"ch2.nii.gz", "aal.nii.gz", "aal.nii.txt"};  // what load_mricron_atlas reads
-  data.train.push_back({"ch2 left hemisphere", split.train.image, split.train.label, atlas.image.spacing});
-  data.val.push_back({"ch2 right hemisphere", val.image, val.label, atlas.image.spacing});
+  const Shape tr = split.train.image.shape(), va = split.val.image.shape();
+  data.train.push_back({"ch2 left hemisphere", split.train.image, split.train.label, atlas.image.spacing, {tr[0], tr[1], tr[2]}});
+  data.val.push_back({"ch2 right hemisphere", val.image, val.label, atlas.image.spacing, {va[0], va[1], va[2]}});
   return data;
 }
 

@@ -22,6 +22,9 @@ struct SegVolume {
   halfgrad::Tensor image;  // (D, H, W) float32, z-scored
   halfgrad::Tensor label;  // (D, H, W) int64 in [0, num_classes)
   std::array<double, 3> spacing_mm{1.0, 1.0, 1.0};  // (z, y, x), the image's (eval's surface metrics)
+  // (z, y, x) of the volume's own grid: image and label are zero-padded at the end beyond it (eval
+  // scores the boundary metrics on this grid, so a prediction in the padding does not count).
+  std::array<int64_t, 3> extent{0, 0, 0};
 };
 
 struct SegData {

@@ -102,6 +102,25 @@ std::vector<double> squared_distance_transform(const std::vector<uint8_t>& featu
   return f;
 }
 
+Tensor own_grid(const Tensor& t, const std::array<int64_t, 3>& extent) {
+  const halfgrad::Shape s = t.shape();
+  HG_CHECK(t.dim() == 3 && t.dtype() == halfgrad::kInt64,
+           "own_grid: expected a (D, H, W) int64 map, got " << halfgrad::shape_str(s));
+  if (extent[0] == 0 || (extent[0] == s[0] && extent[1] == s[1] && extent[2] == s[2])) return t;
+  HG_CHECK(extent[0] >= 1 && extent[1] >= 1 && extent[2] >= 1 && extent[0] <= s[0] && extent[1] <= s[1] &&
+               extent[2] <= s[2],
+           "own_grid: a volume's own grid (" << extent[0] << ", " << extent[1] << ", " << extent[2]
+                                             << ") does not fit its padded map " << halfgrad::shape_str(s));
+  const Tensor src = t.contiguous();
+  Tensor out = Tensor::zeros({extent[0], extent[1], extent[2]}, halfgrad::kInt64);
+  const int64_t* in = src.data<int64_t>();
+  int64_t* o = out.data<int64_t>();
+  for (int64_t z = 0; z < extent[0]; ++z)
+    for (int64_t y = 0; y < extent[1]; ++y)
+      for (int64_t x = 0; x < extent[2]; ++x) o[(z * extent[1] + y) * extent[2] + x] = in[(z * s[1] + y) * s[2] + x];
+  return out;
+}
+
 double linear_percentile(std::vector<double> values, double q) {
   HG_CHECK(!values.empty() && q >= 0 && q <= 100, "linear_percentile: " << values.size() << " values, q " << q
                                                                          << "; expected values and q in [0, 100]");

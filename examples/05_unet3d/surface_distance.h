@@ -48,6 +48,11 @@ std::vector<SurfaceScores> surface_scores_per_class(const halfgrad::Tensor& pred
 std::vector<double> squared_distance_transform(const std::vector<uint8_t>& feature, const std::array<int64_t, 3>& shape,
                                                const std::array<double, 3>& spacing_mm);
 
+/// The (D, H, W) int64 map's block [0, extent) on every axis: a volume's own grid inside the map it
+/// was zero-padded (at the end) into. The map itself when extent is {0, 0, 0} or its shape. Throws
+/// halfgrad::Error when extent exceeds the map's shape.
+halfgrad::Tensor own_grid(const halfgrad::Tensor& map, const std::array<int64_t, 3>& extent);
+
 /// numpy.percentile(values, q) with its default linear interpolation; values non-empty, q in [0, 100].
 double linear_percentile(std::vector<double> values, double q);
 

@@ -124,8 +124,12 @@ int run_eval(const EvalArgs& a) {
   BoundaryTable boundary(data.num_classes - 1);
   const auto each_volume = [&](const SegVolume& v, const Tensor& pred) {
     if (!a.overlay.empty()) write_png(overlay_path(a.overlay, v.name).string(), compose_overlay(v.image, v.label, pred));
+    // The boundary metrics on the volume's own grid: a prediction in the zero padding beyond it would
+    // add a surface that a scorer of the original file (MONAI's) never sees. Dice stays on the padded
+    // grid, as training's validation computes it.
     boundary.add(v.name, dice_per_class(pred, v.label, data.num_classes),
-                 surface_scores_per_class(pred, v.label, data.num_classes, v.spacing_mm, a.nsd_tolerance));
+                 surface_scores_per_class(own_grid(pred, v.extent), own_grid(v.label, v.extent), data.num_classes,
+                                          v.spacing_mm, a.nsd_tolerance));
   };
   std::vector<double> dice = validate(*model, data.val, data.num_classes, mp, where, each_volume);
   double mean = 0;

@@ -204,6 +204,7 @@ Trainer::Trainer(const TrainArgs& cli_args, const RankContext& ctx)
   restore_run();
   start_ddp_and_loader();
   build_graph_step();
+  t0_ = Clock::now();  // run() starts the clock again; run_epoch() / end_epoch() alone count from here
 }
 
 Trainer::~Trainer() = default;

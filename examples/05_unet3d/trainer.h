@@ -164,7 +164,7 @@ class Trainer {
   std::vector<halfgrad::Tensor> bn_counters_;  // --cuda-graph: every BatchNorm's num_batches_tracked
   std::optional<LaggedLoss> lagged_;
   std::optional<halfgrad::ops::DeferredLabelCheck> label_check_;
-  std::chrono::steady_clock::time_point t0_;
+  std::chrono::steady_clock::time_point t0_;  // training time starts: the end of setup, and run()
 };
 
 }  // namespace unet3d_app

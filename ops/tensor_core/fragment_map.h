@@ -1,5 +1,5 @@
 // fragment_map.h - where each lane's share of a Tensor Core instruction lies, as plain functions
-// that host code can call too (tests/cuda/fragment_map_test.cpp checks them against the PTX ISA's
+// that host code can call too (tests/ops/fragment_map_test.cpp checks them against the PTX ISA's
 // fragment figures on the CPU). The maps and their sources are described in fragment.cuh, which adds
 // the loads that use them. No CUDA headers: HG_FRAGMENT_FN is __host__ __device__ under nvcc.
 #pragma once

@@ -125,6 +125,28 @@ TEST_CASE("unet3d surface metrics: the distance transform equals brute force (ra
   CHECK(std::isinf(none.back()));
 }
 
+TEST_CASE("unet3d surface metrics: own_grid cuts a padded map back to the volume's grid") {
+  Tensor padded = Tensor::zeros({4, 5, 6}, kInt64);
+  int64_t* p = padded.data<int64_t>();
+  for (int64_t i = 0; i < 4 * 5 * 6; ++i) p[i] = i;
+  const Tensor own = unet3d_app::own_grid(padded, {2, 3, 4});
+  REQUIRE(own.shape() == Shape{2, 3, 4});
+  for (int64_t z = 0; z < 2; ++z)
+    for (int64_t y = 0; y < 3; ++y)
+      for (int64_t x = 0; x < 4; ++x) CHECK(own.data<int64_t>()[(z * 3 + y) * 4 + x] == (z * 5 + y) * 6 + x);
+  CHECK(unet3d_app::own_grid(padded, {0, 0, 0}).shape() == padded.shape());
+  CHECK(unet3d_app::own_grid(padded, {4, 5, 6}).shape() == padded.shape());
+  CHECK_THROWS_WITH_AS(unet3d_app::own_grid(padded, {5, 5, 6}), doctest::Contains("does not fit its padded map"), Error);
+  // A prediction in the padding adds a surface the volume's own grid has not: HD95 changes.
+  Tensor label = Tensor::zeros({8, 8, 8}, kInt64), pred = Tensor::zeros({8, 8, 8}, kInt64);
+  label.data<int64_t>()[(2 * 8 + 2) * 8 + 2] = 1;
+  pred.data<int64_t>()[(2 * 8 + 2) * 8 + 2] = 1;
+  pred.data<int64_t>()[(7 * 8 + 7) * 8 + 7] = 1;  // in the padding beyond a 5^3 grid
+  CHECK(unet3d_app::surface_scores_per_class(pred, label, 2, {1, 1, 1}, 1.0)[0].hd95_mm > 0);
+  CHECK(unet3d_app::surface_scores_per_class(unet3d_app::own_grid(pred, {5, 5, 5}), unet3d_app::own_grid(label, {5, 5, 5}),
+                                             2, {1, 1, 1}, 1.0)[0].hd95_mm == 0.0);
+}
+
 TEST_CASE("unet3d surface metrics: numpy's linear percentile") {
   CHECK(unet3d_app::linear_percentile({3.0}, 95) == 3.0);
   CHECK(unet3d_app::linear_percentile({4.0, 1.0, 3.0, 2.0}, 95) == doctest::Approx(3.85));  // rank 2.85
