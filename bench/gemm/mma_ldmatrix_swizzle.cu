@@ -11,7 +11,7 @@
 //    or the B fragments of two 8-column mma tiles; ldmatrix.x4.trans transposes on the fly, so the
 //    N-contiguous B tile yields the "col" B operand directly. A warp's k-step now needs 4 + 2
 //    ldmatrix instead of 16 32-bit + 32 16-bit loads.
-//  * XOR swizzle (swizzle_chunk in ops/matmul/gemm_mma_tiles.cuh): the 16-byte chunk c of row r is
+//  * XOR swizzle (SwizzledRows in ops/tensor_core/warp_tile.cuh): the 16-byte chunk c of row r is
 //    stored at chunk c ^ f(r), so the eight rows an ldmatrix reads fall on eight different bank
 //    positions - conflict-free reads and writes with no padding.
 //  * a 4th stage: one more slice in flight to cover the global-memory latency.

@@ -18,7 +18,9 @@
 // warps form a kWarpsM x kWarpsN grid, each owning a (BM/kWarpsM) x (BN/kWarpsN) tile made of
 // mma.sync.m16n8k16 instructions. K advances in slices of kBlockK = 32 through a kStages = 3 deep
 // cp.async pipeline (two slices in flight while the third is multiplied); fragments come from shared
-// memory with ldmatrix. Tiles per output-channel count N: 128x16 and 128x32 (4 warps in a column:
+// memory with ldmatrix. The pipeline (multistage_pipeline), the fragment loads and the mma loop
+// (WarpFragments, WarpAccumulator) are ops/tensor_core/'s; this file's own are load_slice (the
+// gather) and the epilogue. Tiles per output-channel count N: 128x16 and 128x32 (4 warps in a column:
 // Cout 16 and 32 layers waste no MMA columns), 128x64 (2x2 warps), 128x128 (2x4 warps, 256 threads).
 // Each block first decomposes its BM rows into (n, z0, y0, x0) once, in shared memory; a thread's
 // 16-byte chunk always has the same column within a K-slice, so each slice costs one (tap, c)
@@ -64,6 +66,8 @@
 #include "core/cuda/check.cuh"
 #include "ops/conv/conv_igemm.cuh"
 #include "ops/tensor_core/epilogue.cuh"
+#include "ops/tensor_core/pipeline.cuh"
+#include "ops/tensor_core/warp_tile.cuh"
 #include "ops/conv/conv_split_k.h"
 
 namespace halfgrad::ops::conv::igemm {
@@ -72,7 +76,7 @@ namespace {
 constexpr int kBlockK = 32;       // K per pipeline stage: two m16n8k16 steps
 constexpr int kStages = 3;        // cp.async pipeline depth
 constexpr int kSmemRow = kBlockK + 8;  // 16-bit words per shared tile row; +8: conflict-free ldmatrix (header)
-constexpr int kInstrM = Mma16816::kM, kInstrN = Mma16816::kN, kInstrK = Mma16816::kK;
+constexpr int kInstrN = Mma16816::kN, kInstrK = Mma16816::kK;
 
 /// A TileShape (ops/tensor_core/tile_shape.h) with K slices of kBlockK and kStages slots, plus this
 /// kernel's shared-memory layout: padded rows of A and B per stage, then the block's row table.
@@ -163,80 +167,51 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
   for (int i = tid; i < Cfg::kBlockM; i += Cfg::kThreads) rows[i] = gather_row<kKind>(g, block_m + i);
   __syncthreads();
 
-  const LaneCoord a_at = LdmatrixX4::a<true>(lane), b_at = LdmatrixX4::b_pair<true>(lane);
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageHalfs; };
   auto stage_b = [&](int s) { return smem + s * Cfg::kStageHalfs + Cfg::kBlockM * kSmemRow; };
-
-  float acc[Cfg::kMmaM][Cfg::kMmaN][4];
-#pragma unroll
-  for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::kMmaN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
 
   // This block's K-blocks [kb_begin, kb_begin + num_k): all of K unsplit, slice blockIdx.z of gridDim.z
   // otherwise (balanced: slice z gets K-blocks [z * total / S, (z + 1) * total / S); empty where S > total).
   const int total_k = (g.K + kBlockK - 1) / kBlockK;
   const int kb_begin = static_cast<int>(int64_t{blockIdx.z} * total_k / gridDim.z);
   const int num_k = static_cast<int>(int64_t{blockIdx.z + 1} * total_k / gridDim.z) - kb_begin;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k) load_slice<Cfg, T, kKind>(g, rows, vector_a, B, k_pad, block_n, kb_begin + s, stage_a(s), stage_b(s));
-    cp_async_commit();
-  }
 
-  for (int kt = 0; kt < num_k; ++kt) {  // kt counts this block's K-blocks; the stage is kt % kStages
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // slice kt has landed for every thread; stage (kt-1) % kStages is free again
-    const int next = kt + kStages - 1;
-    if (next < num_k)
-      load_slice<Cfg, T, kKind>(g, rows, vector_a, B, k_pad, block_n, kb_begin + next, stage_a(next % kStages),
-                                stage_b(next % kStages));
-    cp_async_commit();
+  // The main loop (ops/tensor_core/: the multistage schedule, the warp's fragments and mmas); what is
+  // this kernel's own is load_slice, the gather. Both tiles keep K contiguous: A's rows are output
+  // voxels, B's output channels.
+  using Operand = SmemOperand<PaddedRows<kSmemRow>, true>;
+  const LaneCoord a_at = LdmatrixX4::a<true>(lane), b_at = LdmatrixX4::b_pair<true>(lane);
+  WarpAccumulator<Cfg::kMmaM, Cfg::kMmaN> acc;
+  acc.zero();
+  multistage_pipeline<kStages>(
+      num_k,
+      [&](int kt, int slot) {
+        load_slice<Cfg, T, kKind>(g, rows, vector_a, B, k_pad, block_n, kb_begin + kt, stage_a(slot), stage_b(slot));
+      },
+      [&](int, int slot) {
+        const uint32_t as = shared_address(stage_a(slot)), bs = shared_address(stage_b(slot));
+#pragma unroll
+        for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {
+          WarpFragments<Cfg::kMmaM, Cfg::kMmaN> f;
+          f.template load<Operand, Operand>(as, bs, warp_m * Cfg::kWarpM, warp_n * Cfg::kWarpN, ks * kInstrK, a_at, b_at);
+          acc.template mma<T>(f);
+        }
+      });
 
-    const T* As = stage_a(kt % kStages);
-    const T* Bs = stage_b(kt % kStages);
-#pragma unroll
-    for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {
-      // Both tiles keep K contiguous: A's rows are output voxels, B's output channels.
-      unsigned a[Cfg::kMmaM][4], b[Cfg::kMmaN][2];
-#pragma unroll
-      for (int i = 0; i < Cfg::kMmaM; ++i)
-        LdmatrixX4::load_a<true>(a[i], shared_address(As + (warp_m * Cfg::kWarpM + i * kInstrM + a_at.row) * kSmemRow +
-                                                      ks * kInstrK + a_at.col));
-#pragma unroll
-      for (int j = 0; j < Cfg::kMmaN; j += 2)
-        LdmatrixX4::load_b_pair<true>(b[j], b[j + 1], shared_address(Bs + (warp_n * Cfg::kWarpN + j * kInstrN + b_at.row) *
-                                                                         kSmemRow + ks * kInstrK + b_at.col));
-#pragma unroll
-      for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-        for (int j = 0; j < Cfg::kMmaN; ++j) mma_m16n8k16<T>(acc[i][j], a[i], b[j]);
-    }
-  }
-  cp_async_wait<0>();
-
-  // Accumulator (i, j) holds pairs h = 0, 1 at (Acc::pair_row(lane, h), Acc::pair_col(lane)) of its 16 x 8 tile.
   if (partial) {  // split K: this slice's raw FP32 sums to partial[z] (M, N); sum_slices_kernel does the epilogue
     float* part = partial + int64_t{blockIdx.z} * g.M * e.N;
-#pragma unroll
-    for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::kMmaN; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int m = block_m + warp_m * Cfg::kWarpM + i * kInstrM + Acc::pair_row(lane, h);
-          const int n = block_n + warp_n * Cfg::kWarpN + j * kInstrN + Acc::pair_col(lane);
-          if (m >= g.M || n >= e.N) continue;
-          const int64_t off = static_cast<int64_t>(m) * e.N + n;  // even when N is: float2-aligned
-          if (e.N % 2 == 0) {
-            *reinterpret_cast<float2*>(part + off) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-          } else {
-            part[off] = acc[i][j][2 * h];
-            if (n + 1 < e.N) part[off + 1] = acc[i][j][2 * h + 1];
-          }
-        }
+    acc.for_each_pair(lane, [&](int, int, int, int row, int col, float v0, float v1) {
+      const int m = block_m + warp_m * Cfg::kWarpM + row;
+      const int n = block_n + warp_n * Cfg::kWarpN + col;
+      if (m >= g.M || n >= e.N) return;
+      const int64_t off = static_cast<int64_t>(m) * e.N + n;  // even when N is: float2-aligned
+      if (e.N % 2 == 0) {
+        *reinterpret_cast<float2*>(part + off) = make_float2(v0, v1);
+      } else {
+        part[off] = v0;
+        if (n + 1 < e.N) part[off + 1] = v1;
+      }
+    });
     return;
   }
 
@@ -247,27 +222,21 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_igemm_kernel(Gather g, const
   const bool pair_store = !e.scatter && e.N % 2 == 0;
   const cuda::tensor_core::Epilogue out{e.out, e.N, 1.f, 0.f, e.out_operand, /*pair_ok=*/true, /*quad_ok=*/false,
                                   std::is_same_v<T, __nv_bfloat16>};
-#pragma unroll
-  for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::kMmaN; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int m = block_m + warp_m * Cfg::kWarpM + i * kInstrM + Acc::pair_row(lane, h);
-        const int n = block_n + warp_n * Cfg::kWarpN + j * kInstrN + Acc::pair_col(lane);
-        float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-        if (pair_store) {
-          if (m >= g.M || n >= e.N) continue;
-          if (e.bias) {
-            const T* bias = static_cast<const T*>(e.bias);
-            v0 += operand_to_float(bias[n]);
-            v1 += operand_to_float(bias[n + 1]);
-          }
-          cuda::tensor_core::store_pair(out, g.M, e.N, m, n, v0, v1);  // rounds to T (RNE) as store_element does
-        } else {
-          store_output_pair<Cfg, T>(e, rows, block_m, m, n, v0, v1, g);
-        }
+  acc.for_each_pair(lane, [&](int, int, int, int row, int col, float v0, float v1) {
+    const int m = block_m + warp_m * Cfg::kWarpM + row;
+    const int n = block_n + warp_n * Cfg::kWarpN + col;
+    if (pair_store) {
+      if (m >= g.M || n >= e.N) return;
+      if (e.bias) {
+        const T* bias = static_cast<const T*>(e.bias);
+        v0 += operand_to_float(bias[n]);
+        v1 += operand_to_float(bias[n + 1]);
       }
+      cuda::tensor_core::store_pair(out, g.M, e.N, m, n, v0, v1);  // rounds to T (RNE) as store_element does
+    } else {
+      store_output_pair<Cfg, T>(e, rows, block_m, m, n, v0, v1, g);
+    }
+  });
 }
 
 /// Split K: partial (slices, M, N) FP32 -> C[m][n] = sum over s = 0, 1, ..., slices - 1 of partial[s][m][n],

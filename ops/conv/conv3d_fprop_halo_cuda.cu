@@ -81,11 +81,7 @@
 // order, channels in 16-steps inside the MMA), so a given input gives the same bits on every run and
 // every grid size; it differs from tc_igemm's order (32-wide K slices), so the two agree to the
 // rounding tolerance, not bit for bit.
-//
-// Predicted on H200 (bench/NOTES.md "Issue 11, item 5: halo fprop/dgrad (prediction)"), batch 4 at
-// 64^3 (the conv benchmark): 16 -> 16 fprop or dgrad 0.06-0.10 ms (shared-memory bound: per tile 8
-// warps x 27 taps x 5 ldmatrix.x4 against 1728 MMAs), 32 -> 16 fprop 0.10-0.16 ms, its dgrad (16 -> 32)
-// 0.07-0.12 ms, 1 -> 16 fprop 0.02-0.04 ms; about 4x each at batch 16. Not yet measured.
+
 #include <algorithm>
 #include <cstring>
 
@@ -93,6 +89,7 @@
 #include "core/cuda/runtime.h"
 #include "ops/conv/conv_bn_halo.cuh"
 #include "ops/conv/conv_igemm.cuh"
+#include "ops/tensor_core/warp_tile.cuh"
 
 namespace halfgrad::ops::conv::igemm {
 namespace {
@@ -303,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
 #pragma unroll
   for (int i = 0; i < kMmaM; ++i)
     a_row[i] = ((warp * kHalo + 2 * i + a_at.row / 8) * kHalo + a_at.row % 8) * L::kVoxelRow + a_at.col;
-  const int b_row = b_at.row * L::kWeightRow + b_at.col;
+  using Weights = SmemOperand<PaddedRows<L::kWeightRow>, true>;  // rows co, (tap, channel) contiguous
   const uint32_t halo_s = shared_address(halo), wts_s = shared_address(wts);  // byte addresses (.shared)
 
   // The previous BN's per-channel (mean, scale, beta), read by the halo load (kNormIn); the first
@@ -351,16 +348,13 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
     cp_async_wait<0>();
     __syncthreads();
 
-    float acc[kMmaM][kMmaN][4];
-#pragma unroll
-    for (int i = 0; i < kMmaM; ++i)
-#pragma unroll
-      for (int j = 0; j < kMmaN; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+    WarpAccumulator<kMmaM, kMmaN> acc;
+    acc.zero();
 
     // Taps (a, b) in a rolled loop, e and the channel steps unrolled: a full unroll let the compiler
     // hoist ldmatrix results far ahead of their MMAs (124..212 registers, spills under the cap).
+    // A's rows are the halo's voxels shifted by the tap (this kernel's gather, a_row + shift); B is the
+    // weight tile, K = (tap, channel) contiguous, read as ops/tensor_core/warp_tile.cuh's operand.
 #pragma unroll 1
     for (int ab = 0; ab < 9; ++ab) {
 #pragma unroll
@@ -371,32 +365,23 @@ __global__ void __launch_bounds__(kThreads, HaloLayout<kC, kN>::kMinBlocks) halo
       for (int kc = 0; kc < kC / kInstrK; ++kc) {
         uint32_t b[kMmaN][2];
 #pragma unroll
-        for (int j = 0; j < kMmaN; j += 2)
-          LdmatrixX4::load_b_pair<true>(b[j], b[j + 1], wts_s + 2 * (b_row + j * kInstrN * L::kWeightRow + tap * kC + kc * kInstrK));
+        for (int j = 0; j < kMmaN; j += 2) Weights::load_b_pair(b[j], b[j + 1], wts_s, j * kInstrN, tap * kC + kc * kInstrK, b_at);
 #pragma unroll
         for (int i = 0; i < kMmaM; ++i) {
           uint32_t af[4];
           LdmatrixX4::load_a<true>(af, halo_s + 2 * (a_row[i] + shift + kc * kInstrK));
-#pragma unroll
-          for (int j = 0; j < kMmaN; ++j) mma_m16n8k16<T>(acc[i][j], af, b[j]);
+          acc.template mma_row<T>(i, af, b);
         }
       }
     }
     }
     __syncthreads();  // every warp is done with the halo: it becomes the staging tile
 
-    // Accumulator (i, j)'s pair h is tile voxel 64 warp + 16 i + Acc::pair_row(lane, h), columns
-    // 8j + Acc::pair_col(lane) and + 1.
-#pragma unroll
-    for (int i = 0; i < kMmaM; ++i)
-#pragma unroll
-      for (int j = 0; j < kMmaN; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int v = warp * kTile * kTile + i * kInstrM + Acc::pair_row(lane, h);
-          store_operand_pair(halo + v * L::kStageRow + j * kInstrN + Acc::pair_col(lane), acc[i][j][2 * h] + bias[j][0],
-                             acc[i][j][2 * h + 1] + bias[j][1]);
-        }
+    // Pair h of accumulator (i, j) is tile voxel 64 warp + row, columns col and col + 1.
+    acc.for_each_pair(lane, [&](int, int j, int, int row, int col, float v0, float v1) {
+      const int v = warp * kTile * kTile + row;
+      store_operand_pair(halo + v * L::kStageRow + col, v0 + bias[j][0], v1 + bias[j][1]);
+    });
     __syncthreads();
 
     // BN statistics of the staged tile; stat_s is next written after the next tile's MMAs.

@@ -22,9 +22,7 @@
 //
 // Shared memory: the K-major tiles have rows of 64 + 4 floats; +4 keeps the float4 reads 16-byte
 // aligned while spreading the transposing stores (16 columns x 2 rows per warp) over more banks.
-//
-// Predicted on H200 (67 TFLOP/s FP32 peak): ~25-35 TFLOP/s on the large 3x3x3 layers, so the FP16
-// Tensor Core path is 4-8x faster.
+
 #include <algorithm>
 
 #include "core/cuda/check.cuh"

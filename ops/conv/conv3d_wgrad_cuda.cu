@@ -32,19 +32,22 @@
 // makes the row stride an odd multiple of 16 bytes, so the 8 rows of an ldmatrix hit 8 different
 // 16-byte bank groups.
 //
-// Predicted on H200: ~100-200 TFLOP/s for the 64..256-channel layers (long per-block reductions,
-// 128x128 tiles), ~40-80 TFLOP/s for Cout = 16 at 64^3 (16-row tiles: the gather of A is the limit).
+// The main loop (the multistage cp.async pipeline, the fragment loads, the mma loop) is
+// ops/tensor_core/'s (pipeline.cuh, warp_tile.cuh); this file's own are load_slice (the gathers of dy
+// and of A) and the epilogue.
 #include <algorithm>
 
 #include "core/cuda/check.cuh"
 #include "ops/conv/conv_igemm.cuh"
+#include "ops/tensor_core/pipeline.cuh"
+#include "ops/tensor_core/warp_tile.cuh"
 
 namespace halfgrad::ops::conv::igemm {
 namespace {
 
 constexpr int kBlockK = 32;  // M rows per pipeline stage
 constexpr int kStages = 3;
-constexpr int kInstrM = Mma16816::kM, kInstrN = Mma16816::kN, kInstrK = Mma16816::kK;
+constexpr int kInstrN = Mma16816::kN, kInstrK = Mma16816::kK;
 
 /// A TileShape (ops/tensor_core/tile_shape.h) over (Cout, K) with slices of kBlockK rows of M and
 /// kStages slots, plus this kernel's shared-memory layout: padded rows of dy's and A's slices.
@@ -126,7 +129,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const LaneCoord a_at = LdmatrixX4::a<false>(lane), b_at = LdmatrixX4::b_pair<false>(lane);
   const int warp_m = warp % Cfg::kWarpsM, warp_n = warp / Cfg::kWarpsM;
   const int co0 = blockIdx.x * Cfg::kBlockM, n0 = blockIdx.y * Cfg::kBlockN;
   const int m_begin = blockIdx.z * p.rows_per_split;
@@ -135,61 +137,36 @@ __global__ void __launch_bounds__(Cfg::kThreads) tc_wgrad_kernel(WgradArgs<T> p)
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageHalfs; };
   auto stage_b = [&](int s) { return smem + s * Cfg::kStageHalfs + kBlockK * Cfg::kRowA; };
 
-  float acc[Cfg::kMmaM][Cfg::kMmaN][4];
-#pragma unroll
-  for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::kMmaN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
-
+  // The main loop (ops/tensor_core/: the multistage schedule, the warp's fragments and mmas); what is
+  // this kernel's own is load_slice, the gather. Both tiles keep the GEMM's M / N contiguous (rows are
+  // k, the voxels): A (k = M rows, m = cout), B (k = M rows, n = K cols), read with ldmatrix.trans.
+  using OperandA = SmemOperand<PaddedRows<Cfg::kRowA>, false>;
+  using OperandB = SmemOperand<PaddedRows<Cfg::kRowB>, false>;
+  const LaneCoord a_at = LdmatrixX4::a<false>(lane), b_at = LdmatrixX4::b_pair<false>(lane);
+  WarpAccumulator<Cfg::kMmaM, Cfg::kMmaN> acc;
+  acc.zero();
   const int num_k = m_end > m_begin ? (m_end - m_begin + kBlockK - 1) / kBlockK : 0;
+  multistage_pipeline<kStages>(
+      num_k,
+      [&](int kt, int slot) {
+        load_slice<Cfg, T, kKind>(p, m_begin + kt * kBlockK, m_end, co0, n0, stage_a(slot), stage_b(slot));
+      },
+      [&](int, int slot) {
+        const uint32_t as = shared_address(stage_a(slot)), bs = shared_address(stage_b(slot));
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k) load_slice<Cfg, T, kKind>(p, m_begin + s * kBlockK, m_end, co0, n0, stage_a(s), stage_b(s));
-    cp_async_commit();
-  }
-  for (int kt = 0; kt < num_k; ++kt) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    const int next = kt + kStages - 1;
-    if (next < num_k)
-      load_slice<Cfg, T, kKind>(p, m_begin + next * kBlockK, m_end, co0, n0, stage_a(next % kStages), stage_b(next % kStages));
-    cp_async_commit();
-
-    const T* As = stage_a(kt % kStages);  // (k = M rows, m = cout) : K-major A
-    const T* Bs = stage_b(kt % kStages);  // (k = M rows, n = K cols) : K-major B
-#pragma unroll
-    for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {
-      // Both tiles keep the GEMM's M / N contiguous (rows are k, the voxels): the .trans loads.
-      unsigned a[Cfg::kMmaM][4], b[Cfg::kMmaN][2];
-#pragma unroll
-      for (int i = 0; i < Cfg::kMmaM; ++i)
-        LdmatrixX4::load_a<false>(a[i], shared_address(As + (ks * kInstrK + a_at.row) * Cfg::kRowA + warp_m * Cfg::kWarpM +
-                                                       i * kInstrM + a_at.col));
-#pragma unroll
-      for (int j = 0; j < Cfg::kMmaN; j += 2)
-        LdmatrixX4::load_b_pair<false>(b[j], b[j + 1], shared_address(Bs + (ks * kInstrK + b_at.row) * Cfg::kRowB +
-                                                                          warp_n * Cfg::kWarpN + j * kInstrN + b_at.col));
-#pragma unroll
-      for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-        for (int j = 0; j < Cfg::kMmaN; ++j) mma_m16n8k16<T>(acc[i][j], a[i], b[j]);
-    }
-  }
-  cp_async_wait<0>();
+        for (int ks = 0; ks < kBlockK / kInstrK; ++ks) {
+          WarpFragments<Cfg::kMmaM, Cfg::kMmaN> f;
+          f.template load<OperandA, OperandB>(as, bs, warp_m * Cfg::kWarpM, warp_n * Cfg::kWarpN, ks * kInstrK, a_at, b_at);
+          acc.template mma<T>(f);
+        }
+      });
 
   float* out = p.partial + static_cast<int64_t>(blockIdx.z) * p.cout * p.g.K;
-#pragma unroll
-  for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::kMmaN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int co = co0 + warp_m * Cfg::kWarpM + i * kInstrM + Acc::row(lane, r);
-        const int kk = n0 + warp_n * Cfg::kWarpN + j * kInstrN + Acc::col(lane, r);
-        if (co < p.cout && kk < p.g.K) out[static_cast<int64_t>(co) * p.g.K + kk] = acc[i][j][r];
-      }
+  acc.for_each(lane, [&](int row, int col, float v) {
+    const int co = co0 + warp_m * Cfg::kWarpM + row;
+    const int kk = n0 + warp_n * Cfg::kWarpN + col;
+    if (co < p.cout && kk < p.g.K) out[static_cast<int64_t>(co) * p.g.K + kk] = v;
+  });
 }
 
 template <class Cfg, GatherKind kKind, typename T>

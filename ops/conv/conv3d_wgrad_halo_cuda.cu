@@ -32,7 +32,9 @@
 // past the real count; those accumulators are not written), so Cin, Cout in {8, 16, 24, 32} run on
 // 4 instantiations per operand type.
 // Pipeline: two shared stages; while the block multiplies tile t from one stage, cp.async brings tile
-// t + 1 (dy and halo, zero-filled outside the volume and past the channels) into the other.
+// t + 1 (dy and halo, zero-filled outside the volume and past the channels) into the other
+// (ops/tensor_core/pipeline.cuh's double_buffered_pipeline; the accumulators and dy's fragment loads
+// are warp_tile.cuh's, the halo addressing this file's gather).
 // At the end each thread writes its accumulators to partial[split] (Cout, K) FP32, every element of it
 // exactly once. reduce_splits_kernel (below) then adds the splits into partial[0] in a fixed order,
 // 32 warps per 32 elements (one block per SM slot gives 264-400 splits, too many for a serial walk),
@@ -65,13 +67,13 @@
 // FP32 accumulation in the MMA registers, FP32 partials, FP32 split sum rounded once to the weight's
 // dtype: the same as tc_wgrad; results differ from it only by the order of the FP32 sums. As there, a
 // non-finite dy times a padding zero is NaN (the GradScaler skips such steps).
-//
-// Predicted on H200 (bench/NOTES.md "Issue 11, item 5: halo wgrad (prediction)"), batch 16 at 64^3:
-// 16->16 0.15-0.22 ms (from ~2.2 ms), 32->16 0.25-0.40 ms (from 4.0 ms), 1->16 0.05-0.09 ms (from 2.76 ms).
+
 #include <algorithm>
 
 #include "core/cuda/check.cuh"
 #include "ops/conv/conv_igemm.cuh"
+#include "ops/tensor_core/pipeline.cuh"
+#include "ops/tensor_core/warp_tile.cuh"
 
 namespace halfgrad::ops::conv::igemm {
 namespace {
@@ -198,15 +200,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) halo_wgrad_ker
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int t_begin = blockIdx.x * p.tiles_per_split, t_end = min(p.tiles, t_begin + p.tiles_per_split);
 
-  float acc[Cfg::kTapsPerWarp][Cfg::kMmaM][Cfg::kMmaN][4];
+  WarpAccumulator<Cfg::kMmaM, Cfg::kMmaN> acc[Cfg::kTapsPerWarp];  // one warp tile per tap a of the warp
 #pragma unroll
-  for (int j = 0; j < Cfg::kTapsPerWarp; ++j)
-#pragma unroll
-    for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-      for (int n = 0; n < Cfg::kMmaN; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[j][i][n][r] = 0.f;
+  for (int j = 0; j < Cfg::kTapsPerWarp; ++j) acc[j].zero();
 
   // This lane's ldmatrix rows. A (dy^T): matrix lane / 8 covers voxels ((lane / 16) * 8 + 0..7) of
   // the k-step and channels ((lane / 8) % 2) * 8 + 0..7 (conv3d_wgrad_cuda.cu's addressing). B (x):
@@ -215,69 +211,57 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) halo_wgrad_ker
   // halo. The warp's taps are (a, tb, te), a = 0..2 (file comment), so (tb, te) is folded in here;
   // the halo plane hz = z + a and the y pair are added in the loop.
   const LaneCoord a_at = LdmatrixX4::a<false>(lane), b_at = LdmatrixX4::b_pair<false>(lane);
-  const int a_row = a_at.row, a_col = a_at.col;
+  using Dy = SmemOperand<PaddedRows<Cfg::kRowDy>, false>;  // rows k (voxels), cout contiguous
   const int tb = warp / 3, te = warp % 3;
   const int b_row = (b_at.row / 8 + tb) * Cfg::kHx + b_at.row % 8 + te, b_col = b_at.col;
 
-  if (t_begin < t_end) load_tile<Cfg>(p, t_begin, smem);
-  cp_async_commit();
-  for (int t = t_begin, s = 0; t < t_end; ++t, s ^= 1) {
-    if (t + 1 < t_end) load_tile<Cfg>(p, t + 1, smem + (s ^ 1) * Cfg::kStageHalfs);
-    cp_async_commit();
-    cp_async_wait<1>();  // tile t's copies (this thread's) have landed
-    __syncthreads();     // and everyone's
-    const T* xs = smem + s * Cfg::kStageHalfs;
-    const T* dys = xs + Cfg::kHalo * Cfg::kRowX;
+  // The double-buffered schedule (ops/tensor_core/pipeline.cuh); load_tile is this kernel's gather.
+  double_buffered_pipeline(
+      max(t_end - t_begin, 0), [&](int t, int slot) { load_tile<Cfg>(p, t_begin + t, smem + slot * Cfg::kStageHalfs); },
+      [&](int, int slot) {
+        const T* xs = smem + slot * Cfg::kStageHalfs;
+        const T* dys = xs + Cfg::kHalo * Cfg::kRowX;
 #pragma unroll
-    for (int yp = 0; yp < Cfg::kStepsPerZ; ++yp) {
-      // The y pair yp (tile rows 2 yp, 2 yp + 1) at every z: k-steps ks = z * kStepsPerZ + yp.
-      uint32_t a[Cfg::kTz][Cfg::kMmaM][4];
+        for (int yp = 0; yp < Cfg::kStepsPerZ; ++yp) {
+          // The y pair yp (tile rows 2 yp, 2 yp + 1) at every z: k-steps ks = z * kStepsPerZ + yp.
+          uint32_t a[Cfg::kTz][Cfg::kMmaM][4];
 #pragma unroll
-      for (int z = 0; z < Cfg::kTz; ++z)
+          for (int z = 0; z < Cfg::kTz; ++z)
 #pragma unroll
-        for (int i = 0; i < Cfg::kMmaM; ++i)
-          LdmatrixX4::load_a<false>(a[z][i], shared_address(dys + ((z * Cfg::kStepsPerZ + yp) * kInstrK + a_row) *
-                                                                      Cfg::kRowDy + i * kInstrM + a_col));
-      // Halo plane hz serves tap a at tile plane z = hz - a: one B fragment, up to three taps.
+            for (int i = 0; i < Cfg::kMmaM; ++i)
+              Dy::load_a(a[z][i], shared_address(dys), i * kInstrM, (z * Cfg::kStepsPerZ + yp) * kInstrK, a_at);
+          // Halo plane hz serves tap a at tile plane z = hz - a: one B fragment, up to three taps.
 #pragma unroll
-      for (int hz = 0; hz < Cfg::kHz; ++hz) {
-        const T* xrow = xs + (b_row + hz * Cfg::kHy * Cfg::kHx + yp * 2 * Cfg::kHx) * Cfg::kRowX + b_col;
+          for (int hz = 0; hz < Cfg::kHz; ++hz) {
+            const T* xrow = xs + (b_row + hz * Cfg::kHy * Cfg::kHx + yp * 2 * Cfg::kHx) * Cfg::kRowX + b_col;
 #pragma unroll
-        for (int n = 0; n < Cfg::kMmaN; n += 2) {
-          uint32_t b0[2], b1[2];
-          LdmatrixX4::load_b_pair<false>(b0, b1, shared_address(xrow + n * kInstrN));
+            for (int n = 0; n < Cfg::kMmaN; n += 2) {
+              uint32_t b0[2], b1[2];
+              LdmatrixX4::load_b_pair<false>(b0, b1, shared_address(xrow + n * kInstrN));
 #pragma unroll
-          for (int ta = 0; ta < Cfg::kTapsPerWarp; ++ta) {
-            const int z = hz - ta;
-            if (z < 0 || z >= Cfg::kTz) continue;  // compile-time after unrolling
+              for (int ta = 0; ta < Cfg::kTapsPerWarp; ++ta) {
+                const int z = hz - ta;
+                if (z < 0 || z >= Cfg::kTz) continue;  // compile-time after unrolling
 #pragma unroll
-            for (int i = 0; i < Cfg::kMmaM; ++i) {
-              mma_m16n8k16<T>(acc[ta][i][n], a[z][i], b0);
-              mma_m16n8k16<T>(acc[ta][i][n + 1], a[z][i], b1);
+                for (int i = 0; i < Cfg::kMmaM; ++i) {
+                  acc[ta].template mma<T>(i, n, a[z][i], b0);
+                  acc[ta].template mma<T>(i, n + 1, a[z][i], b1);
+                }
+              }
             }
           }
         }
-      }
-    }
-    __syncthreads();  // stage s is read; the next iteration's copies may overwrite it
-  }
-  cp_async_wait<0>();
+      });
 
   const int K = 27 * p.cin;
   float* out = p.partial + static_cast<int64_t>(blockIdx.x) * p.cout * K;
 #pragma unroll
-  for (int ta = 0; ta < Cfg::kTapsPerWarp; ++ta)
-#pragma unroll
-    for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-      for (int n = 0; n < Cfg::kMmaN; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int co = i * kInstrM + Acc::row(lane, r);
-          const int ci = n * kInstrN + Acc::col(lane, r);
-          const int tap = 9 * ta + 3 * tb + te;  // (a, b, e) = (ta, tb, te)
-          if (co < p.cout && ci < p.cin) out[static_cast<int64_t>(co) * K + tap * p.cin + ci] = acc[ta][i][n][r];
-        }
+  for (int ta = 0; ta < Cfg::kTapsPerWarp; ++ta) {
+    const int tap = 9 * ta + 3 * tb + te;  // (a, b, e) = (ta, tb, te)
+    acc[ta].for_each(lane, [&](int co, int ci, float v) {
+      if (co < p.cout && ci < p.cin) out[static_cast<int64_t>(co) * K + tap * p.cin + ci] = v;
+    });
+  }
 }
 
 // ---- Cin = 1 ------------------------------------------------------------------------------------
@@ -289,13 +273,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_c1_kernel(HaloArgs<T
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int t_begin = blockIdx.x * p.tiles_per_split, t_end = min(p.tiles, t_begin + p.tiles_per_split);
 
-  float acc[Cfg::kMmaM][Cfg::kMmaN][4];
-#pragma unroll
-  for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-    for (int n = 0; n < Cfg::kMmaN; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[i][n][r] = 0.f;
+  WarpAccumulator<Cfg::kMmaM, Cfg::kMmaN> acc;
+  acc.zero();
 
   // B (voxel, tap) fragment of n8 block n (Mma16816BFragment): lane l holds tap 8n + l / 4 at voxels
   // 2 (l % 4) and + 1 (b[0]: y row 0 of the k-step) and 8 + 2 (l % 4) and + 1 (b[1]: y row 1). Its
@@ -308,7 +287,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_c1_kernel(HaloArgs<T
     tap_off[n] = tap < 27 ? ((tap / 9) * Cfg::kHy + (tap / 3) % 3) * Cfg::kHx + tap % 3 + BFrag::row(lane, 0, 0) : -1;
   }
   const LaneCoord a_at = LdmatrixX4::a<false>(lane);
-  const int a_row = a_at.row, a_col = a_at.col;
+  using Dy = SmemOperand<PaddedRows<Cfg::kRowDy>, false>;  // rows k (voxels), cout contiguous
 
   // Stage s: halo (kHaloHalfs scalars) then dy (kVoxels, kRowDy).
   T next_halo[Cfg::kHaloPerThread];
@@ -329,60 +308,49 @@ __global__ void __launch_bounds__(Cfg::kThreads) halo_wgrad_c1_kernel(HaloArgs<T
     }
   };
 
-  if (t_begin < t_end) {
-    read_halo(t_begin);
-    store_halo(smem);
-    load_dy_tile<Cfg::kThreads, Cfg::kChunksDy, Cfg::kRowDy>(p, tile_origin(p, t_begin), smem + Cfg::kHaloHalfs);
-  }
-  cp_async_commit();
-  for (int t = t_begin, s = 0; t < t_end; ++t, s ^= 1) {
-    T* next = smem + (s ^ 1) * Cfg::kStageHalfs;
-    const bool has_next = t + 1 < t_end;
-    if (has_next) {
-      load_dy_tile<Cfg::kThreads, Cfg::kChunksDy, Cfg::kRowDy>(p, tile_origin(p, t + 1), next + Cfg::kHaloHalfs);
-      read_halo(t + 1);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    const T* hs = smem + s * Cfg::kStageHalfs;
-    const T* dys = hs + Cfg::kHaloHalfs;
+  // The double-buffered schedule (ops/tensor_core/pipeline.cuh). Tile t + 1's halo is read into
+  // registers while tile t is multiplied and stored into its slot afterwards (`finish`); tile 0's
+  // is stored at once.
+  const int num_tiles = max(t_end - t_begin, 0);
+  double_buffered_pipeline(
+      num_tiles,
+      [&](int t, int slot) {
+        T* stage = smem + slot * Cfg::kStageHalfs;
+        load_dy_tile<Cfg::kThreads, Cfg::kChunksDy, Cfg::kRowDy>(p, tile_origin(p, t_begin + t), stage + Cfg::kHaloHalfs);
+        read_halo(t_begin + t);
+        if (t == 0) store_halo(stage);
+      },
+      [&](int, int slot) {
+        const T* hs = smem + slot * Cfg::kStageHalfs;
+        const uint32_t dys = shared_address(hs + Cfg::kHaloHalfs);
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      const int ks = warp + kk * Cfg::kWarps;
-      uint32_t a[Cfg::kMmaM][4];
+        for (int kk = 0; kk < 2; ++kk) {
+          const int ks = warp + kk * Cfg::kWarps;
+          uint32_t a[Cfg::kMmaM][4];
 #pragma unroll
-      for (int i = 0; i < Cfg::kMmaM; ++i)
-        LdmatrixX4::load_a<false>(a[i], shared_address(dys + (ks * kInstrK + a_row) * Cfg::kRowDy + i * kInstrM + a_col));
-      const int step_off = (ks / Cfg::kStepsPerZ) * Cfg::kHy * Cfg::kHx + (ks % Cfg::kStepsPerZ) * 2 * Cfg::kHx;
+          for (int i = 0; i < Cfg::kMmaM; ++i) Dy::load_a(a[i], dys, i * kInstrM, ks * kInstrK, a_at);
+          const int step_off = (ks / Cfg::kStepsPerZ) * Cfg::kHy * Cfg::kHx + (ks % Cfg::kStepsPerZ) * 2 * Cfg::kHx;
 #pragma unroll
-      for (int n = 0; n < Cfg::kMmaN; ++n) {
-        uint32_t b[2] = {0u, 0u};
-        if (tap_off[n] >= 0) {  // the 16-bit patterns, lower voxel in the low half (ptx.cuh's b[] layout)
-          const unsigned short* v = reinterpret_cast<const unsigned short*>(hs) + step_off + tap_off[n];
-          b[0] = v[0] | (static_cast<uint32_t>(v[1]) << 16);
-          b[1] = v[Cfg::kHx] | (static_cast<uint32_t>(v[Cfg::kHx + 1]) << 16);
+          for (int n = 0; n < Cfg::kMmaN; ++n) {
+            uint32_t b[2] = {0u, 0u};
+            if (tap_off[n] >= 0) {  // the 16-bit patterns, lower voxel in the low half (ptx.cuh's b[] layout)
+              const unsigned short* v = reinterpret_cast<const unsigned short*>(hs) + step_off + tap_off[n];
+              b[0] = v[0] | (static_cast<uint32_t>(v[1]) << 16);
+              b[1] = v[Cfg::kHx] | (static_cast<uint32_t>(v[Cfg::kHx + 1]) << 16);
+            }
+#pragma unroll
+            for (int i = 0; i < Cfg::kMmaM; ++i) acc.template mma<T>(i, n, a[i], b);
+          }
         }
-#pragma unroll
-        for (int i = 0; i < Cfg::kMmaM; ++i) mma_m16n8k16<T>(acc[i][n], a[i], b);
-      }
-    }
-    if (has_next) store_halo(next);  // stage s ^ 1 was last read before the previous iteration's barrier
-    __syncthreads();
-  }
-  cp_async_wait<0>();
+      },
+      // Slot t % 2 ^ 1 was last read before the previous tile's trailing barrier.
+      [&](int t, int slot) {
+        if (t + 1 < num_tiles) store_halo(smem + (slot ^ 1) * Cfg::kStageHalfs);
+      });
 
   // The warps' partials, added in warp order (deterministic): red[warp][co][tap], reusing the stages.
   float* red = reinterpret_cast<float*>(smem_raw);
-#pragma unroll
-  for (int i = 0; i < Cfg::kMmaM; ++i)
-#pragma unroll
-    for (int n = 0; n < Cfg::kMmaN; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int co = i * kInstrM + Acc::row(lane, r), tap = n * kInstrN + Acc::col(lane, r);
-        red[(warp * Cfg::kCoutPad + co) * Cfg::kTapsPad + tap] = acc[i][n][r];
-      }
+  acc.for_each(lane, [&](int co, int tap, float v) { red[(warp * Cfg::kCoutPad + co) * Cfg::kTapsPad + tap] = v; });
   __syncthreads();
   float* out = p.partial + static_cast<int64_t>(blockIdx.x) * p.cout * 27;
   for (int idx = threadIdx.x; idx < p.cout * 27; idx += Cfg::kThreads) {

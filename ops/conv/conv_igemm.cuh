@@ -1,9 +1,10 @@
 // conv_igemm.cuh - what the CUDA convolution kernels of ops/conv/ share (internal; .cu files only):
 // the implicit-GEMM view of a convolution over channels-last volumes, fast integer division and the
 // pointer-level launchers. The Tensor Core primitives (cp.async, ldmatrix, mma.sync.m16n8k16), the
-// lanes' fragment maps and the tile-shape vocabulary are ops/tensor_core/'s (ptx.cuh, fragment.cuh,
-// tile_shape.h), shared with the GEMM: each kernel keeps its gather, its shared-memory layout and its
-// epilogue.
+// lanes' fragment maps, the shared-memory tile layouts and fragment loads, the warp's accumulator tile,
+// the cp.async pipeline schedules and the tile-shape vocabulary are ops/tensor_core/'s (ptx.cuh,
+// fragment.cuh, warp_tile.cuh, pipeline.cuh, tile_shape.h), shared with the GEMM: each kernel keeps
+// its gather (how a slice of its operands reaches shared memory) and its epilogue.
 //
 // 16-bit operands: the Tensor Core kernels are templates over their operand type T, __half (FP16) or
 // __nv_bfloat16 (BF16; mma.sync.m16n8k16 has .f16 and .bf16 forms on sm_80+, ldmatrix and cp.async
@@ -23,9 +24,8 @@
 // once per column (it returns a * dd, not a), and the transposed gather's divisibility test is skipped
 // on an axis of stride 1, where it is the forward gather with a flipped kernel: dgrad runs at fprop's
 // speed; on an axis of stride s > 1 it is correct but (s - 1) / s of that axis's taps are zero.
-// They are not free: measured on the H200 (bench/NOTES.md), the per-axis gather made the U-Net's
-// cubic convolutions 3.5-7.6% slower than the single-k/stride/pad gather it replaced (not profiled;
-// what it adds to the hot loops: three dilation multiplies per column, three strides and paddings in
+// They are not free: the per-axis gather made the U-Net's cubic convolutions measurably slower than
+// the single-k/stride/pad gather it replaced (bench/NOTES.md; what it adds to the hot loops: three dilation multiplies per column, three strides and paddings in
 // registers where there was one, per-axis stride tests in the transposed gather). So the gather
 // functions are templates over a GatherKind chosen per launch (gather_kind()): Cubic3 (3x3x3 kernel,
 // stride 1 and dilation 1 on every axis: the U-Net's convolutions) decomposes the tap by the constants

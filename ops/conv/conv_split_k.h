@@ -5,7 +5,7 @@
 //
 // Why: the deepest U-Net layer (256 -> 256 channels at 4^3, batch 4) is a GEMM of M = 256 rows,
 // N = 256 columns and K = 27 * 256 = 6912. With 128 x 128 tiles that is 4 blocks on a 132-SM H200,
-// each walking all 216 K-blocks alone (measured 0.243 ms for 0.9 GFLOP). Split-K gives each of S
+// each walking all 216 K-blocks alone, latency-bound (bench/NOTES.md). Split-K gives each of S
 // slices of K its own block (gridDim.z), which writes its FP32 partial tile to a workspace; a second
 // kernel adds the S partials in slice order (deterministic) and applies the epilogue (bias, output
 // dtype, scatter). The weight gradient splits its long M the same way (conv3d_wgrad_cuda.cu).
@@ -16,9 +16,8 @@
 //   S = min(floor(wave / tiles), floor(k_blocks / kMinSliceKBlocks), floor(kMaxPartialFloats / (M N)))
 //   and S = 1 (no split) when that is < 2.
 //   * floor(wave / tiles): at most one wave of resident blocks, so no slice waits for another to end.
-//     More resident blocks is the point: this kernel is latency-bound, each warp reaching ~0.1
-//     TFLOP/s whatever its block (measured, bench/NOTES.md: a 128 x 128 block of 8 warps alone on its
-//     SM 0.8-0.9 TFLOP/s, a 128 x 64 block of 4 warps 0.34), so an SM's rate grows with its warps.
+//     More resident blocks is the point: this kernel is latency-bound, each warp reaching about the
+//     same rate whatever its block (bench/NOTES.md), so an SM's rate grows with its warps.
 //   * kMinSliceKBlocks = 8 (256 of K): a slice's fixed costs (the row table, the two-slice cp.async
 //     prologue, storing a 128 x 128 FP32 partial of 64 KiB) stay below ~1/4 of its main loop.
 //   * at most kMaxPartialFloats = 16 Mi FP32 (64 MiB) of partials, as the weight gradient's splits.

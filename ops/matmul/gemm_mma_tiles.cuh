@@ -32,6 +32,8 @@
 #include "ops/tensor_core/fragment.cuh"
 #include "ops/tensor_core/ptx.cuh"
 #include "ops/tensor_core/tile_shape.h"
+#include "ops/tensor_core/pipeline.cuh"
+#include "ops/tensor_core/warp_tile.cuh"
 
 namespace halfgrad::cuda::gemm_tiles {
 
@@ -61,22 +63,13 @@ constexpr int kChunkHalfs = 8;
 //   kChunksPerRow == 4 (rows of 64 bytes, two rows per line): chunk ^ ((row / 2) % 4) - rows 2j and
 //     2j+1 share a line and differ in its half, (row / 2) % 4 spreads four such pairs over the four
 //     chunk positions of each half.
+// The swizzle itself is ops/tensor_core/warp_tile.cuh's SwizzledRows, which the fragment loads read
+// with; the tile copies below write with the same function.
 // ---------------------------------------------------------------------------------------------
-template <int kChunksPerRow>
-__device__ __forceinline__ int swizzle_chunk(int row, int chunk) {
-  static_assert(kChunksPerRow == 4 || kChunksPerRow % 8 == 0, "swizzle defined for 64-byte rows or multiples of 128 bytes");
-  if constexpr (kChunksPerRow == 4) {
-    return chunk ^ ((row >> 1) & 3);
-  } else {
-    return chunk ^ (row & 7);
-  }
-}
-
 /// Offset in halfs of (row, chunk) in a dense kRows x kCols tile, swizzled or plain.
 template <int kCols, bool kSwizzled>
 __device__ __forceinline__ int tile_offset(int row, int chunk) {
-  constexpr int kChunksPerRow = kCols / kChunkHalfs;
-  if constexpr (kSwizzled) chunk = swizzle_chunk<kChunksPerRow>(row, chunk);
+  if constexpr (kSwizzled) return SwizzledRows<kCols>::offset(row, chunk * kChunkHalfs);
   return row * kCols + chunk * kChunkHalfs;
 }
 
@@ -140,8 +133,10 @@ __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* g, int
 // WarpTiledShape below: 128x256 block, 2 x 4 warps of 64x64 = 4 x 8 mma tiles, 128 FP32
 // accumulators per thread). K is walked in kBlockK slices (kBlockK / 16 mma k-steps each).
 // Pipeline: kStages shared-memory slots; cp.async keeps kStages-1 k-slices in flight while the
-// warps multiply the current one. Within a slice, the fragments of the next k-step are loaded
-// (ldmatrix) into a second register set while the mmas of this one run (register double buffer).
+// warps multiply the current one. The fragments of the next k-step are loaded (ldmatrix) into a
+// second register set while the mmas of this one run (register double buffer): the schedule is
+// ops/tensor_core/pipeline.cuh's multistage_pipeline_prefetched, the fragment loads and the mma loop
+// ops/tensor_core/warp_tile.cuh's (WarpFragments, WarpAccumulator), shared with ops/conv/.
 // Shared memory: kStages x (kBlockM + kBlockN) x kBlockK halfs x 2 bytes (WarpTiledShape:
 // 4 x (128 + 256) x 32 x 2 = 96 KiB, dynamic, opt-in above 48 KiB). kMinBlocks is the occupancy
 // the kernel is compiled for (__launch_bounds__): 1 for a 64x64 warp tile with 256 threads (~250
@@ -193,16 +188,22 @@ struct GemmProblem {
   Epilogue out;
 };
 
+/// The shared-memory operand tiles of shape S (warp_tile.cuh's SmemOperand): A as [kBlockM][kBlockK]
+/// (K contiguous) or, kATrans, [kBlockK][kBlockM]; B as [kBlockK][kBlockN] or, kBTrans,
+/// [kBlockN][kBlockK] (K contiguous); all swizzled.
+template <class S, bool kATrans, bool kBTrans>
+struct GemmOperands {
+  using A = SmemOperand<SwizzledRows<kATrans ? S::kBlockM : S::kBlockK>, !kATrans>;
+  using B = SmemOperand<SwizzledRows<kBTrans ? S::kBlockK : S::kBlockN>, kBTrans>;
+};
+
 /// A fragments (16x16, rows m0..m0+15 of the block tile) for k-step ks, from either A tile layout:
 /// [kTileM][kTileK] (K contiguous) or, kATrans, [kTileK][kTileM] (M contiguous); both swizzled.
+/// (The ladder's rung 4 reads with these; the block below with WarpFragments.)
 template <bool kATrans, int kTileM, int kTileK>
 __device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], uint32_t tile, int m0, int ks, int lane) {
-  const LaneCoord at = LdmatrixX4::a<!kATrans>(lane);
-  if constexpr (!kATrans) {  // stored rows are m, 16-byte chunks of k
-    LdmatrixX4::load_a<true>(a, tile + 2 * tile_offset<kTileK, true>(m0 + at.row, ks * 2 + at.col / kChunkHalfs));
-  } else {  // stored rows are k, chunks of m
-    LdmatrixX4::load_a<false>(a, tile + 2 * tile_offset<kTileM, true>(ks * kInstrK + at.row, m0 / kChunkHalfs + at.col / kChunkHalfs));
-  }
+  using A = SmemOperand<SwizzledRows<kATrans ? kTileM : kTileK>, !kATrans>;
+  A::load_a(a, tile, m0, ks * kInstrK, LdmatrixX4::a<!kATrans>(lane));
 }
 
 /// B fragments of two adjacent mma columns (n0..n0+15) for k-step ks: b0 for n0, b1 for n0+8. Tile
@@ -210,12 +211,8 @@ __device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], uint32_t tile,
 template <bool kBTrans, int kTileN, int kTileK>
 __device__ __forceinline__ void load_b_fragments(uint32_t (&b0)[2], uint32_t (&b1)[2], uint32_t tile, int n0, int ks,
                                                  int lane) {
-  const LaneCoord at = LdmatrixX4::b_pair<kBTrans>(lane);
-  if constexpr (kBTrans) {  // stored rows are n, chunks of k
-    LdmatrixX4::load_b_pair<true>(b0, b1, tile + 2 * tile_offset<kTileK, true>(n0 + at.row, ks * 2 + at.col / kChunkHalfs));
-  } else {  // stored rows are k, chunks of n
-    LdmatrixX4::load_b_pair<false>(b0, b1, tile + 2 * tile_offset<kTileN, true>(ks * kInstrK + at.row, n0 / kChunkHalfs + at.col / kChunkHalfs));
-  }
+  using B = SmemOperand<SwizzledRows<kBTrans ? kTileK : kTileN>, kBTrans>;
+  B::load_b_pair(b0, b1, tile, n0, ks * kInstrK, LdmatrixX4::b_pair<kBTrans>(lane));
 }
 
 template <class S, bool kATrans, bool kBTrans, bool kVector>
@@ -232,27 +229,6 @@ __device__ __forceinline__ void load_stage(uint16_t* stage, const GemmProblem& p
   } else {
     load_tile<S::kBlockK, S::kBlockN, S::kThreads, true, kVector>(b_tile, p.B, p.ldb, k0, tile_n, p.K, p.N);
   }
-}
-
-/// Fragments of one k-step for the whole warp tile.
-template <class S>
-struct WarpFragments {
-  uint32_t a[S::kMmaM][4];
-  uint32_t b[S::kMmaN][2];
-};
-
-template <class S, bool kATrans, bool kBTrans>
-__device__ __forceinline__ void load_warp_fragments(WarpFragments<S>& f, uint32_t stage, int warp_m0, int warp_n0,
-                                                    int ks, int lane) {
-  const uint32_t a_tile = stage;
-  const uint32_t b_tile = stage + 2 * S::kATileHalfs;
-#pragma unroll
-  for (int mi = 0; mi < S::kMmaM; ++mi)
-    load_a_fragment<kATrans, S::kBlockM, S::kBlockK>(f.a[mi], a_tile, warp_m0 + mi * kInstrM, ks, lane);
-#pragma unroll
-  for (int nj = 0; nj < S::kMmaN / 2; ++nj)
-    load_b_fragments<kBTrans, S::kBlockN, S::kBlockK>(f.b[2 * nj], f.b[2 * nj + 1], b_tile, warp_n0 + nj * 2 * kInstrN,
-                                                      ks, lane);
 }
 
 /// Number of blocks to launch for an M x N problem: one per kBlockM x kBlockN tile of C.
@@ -281,82 +257,35 @@ __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint
   const int warp_m0 = (warp / S::kWarpsN) * S::kWarpM;
   const int warp_n0 = (warp % S::kWarpsN) * S::kWarpN;
 
-  float acc[S::kMmaM][S::kMmaN][4];
-#pragma unroll
-  for (int mi = 0; mi < S::kMmaM; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < S::kMmaN; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+  using A = typename GemmOperands<S, kATrans, kBTrans>::A;
+  using B = typename GemmOperands<S, kATrans, kBTrans>::B;
+  using T = std::conditional_t<kBf16, __nv_bfloat16, __half>;
+  const LaneCoord a_at = LdmatrixX4::a<!kATrans>(lane), b_at = LdmatrixX4::b_pair<kBTrans>(lane);
+  WarpAccumulator<S::kMmaM, S::kMmaN> acc;
+  acc.zero();
+  WarpFragments<S::kMmaM, S::kMmaN> frag[2];  // k-step ks + 1's fragments load while ks multiplies
 
-  const int k_tiles = (p.K + S::kBlockK - 1) / S::kBlockK;
   const uint32_t smem_base = shared_address(smem);
   constexpr uint32_t kStageBytes = 2 * S::kStageHalfs;
+  multistage_pipeline_prefetched<S::kStages, S::kKSteps>(
+      (p.K + S::kBlockK - 1) / S::kBlockK,
+      [&](int slice, int slot) {
+        load_stage<S, kATrans, kBTrans, kVector>(smem + slot * S::kStageHalfs, p, tile_m, tile_n, slice * S::kBlockK);
+      },
+      [&](int set, int slot, int ks) {
+        const uint32_t stage = smem_base + slot * kStageBytes;
+        frag[set].template load<A, B>(stage, stage + 2 * S::kATileHalfs, warp_m0, warp_n0, ks * kInstrK, a_at, b_at);
+      },
+      [&](int set) { acc.template mma<T>(frag[set]); });
 
-  // Prologue: slices 0 .. kStages-2 in flight. One commit per slice, even an empty one, so that
-  // "group j" is always "slice j" and the wait count below is a constant.
-#pragma unroll
-  for (int s = 0; s < S::kStages - 1; ++s) {
-    if (s < k_tiles)
-      load_stage<S, kATrans, kBTrans, kVector>(smem + s * S::kStageHalfs, p, tile_m, tile_n, s * S::kBlockK);
-    cp_async_commit();
-  }
-  cp_async_wait<S::kStages - 2>();
-  __syncthreads();
-
-  WarpFragments<S> frag[2];
-  load_warp_fragments<S, kATrans, kBTrans>(frag[0], smem_base, warp_m0, warp_n0, 0, lane);
-
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    // Refill the slot that slice kt-1 used: every warp finished reading it before the barrier
-    // at the end of the previous iteration.
-    const int next = kt + S::kStages - 1;
-    if (next < k_tiles) {
-      load_stage<S, kATrans, kBTrans, kVector>(smem + (next % S::kStages) * S::kStageHalfs, p, tile_m, tile_n,
-                                               next * S::kBlockK);
-    }
-    cp_async_commit();
-
-    const uint32_t stage = smem_base + (kt % S::kStages) * kStageBytes;
-#pragma unroll
-    for (int ks = 0; ks < S::kKSteps; ++ks) {
-      if (ks + 1 < S::kKSteps) {
-        load_warp_fragments<S, kATrans, kBTrans>(frag[(ks + 1) & 1], stage, warp_m0, warp_n0, ks + 1, lane);
-      } else {
-        // Slice kt+1 must have landed (groups 0..kt+1 of kt+kStages committed) and be visible to all.
-        cp_async_wait<S::kStages - 2>();
-        __syncthreads();
-        const uint32_t next_stage = smem_base + ((kt + 1) % S::kStages) * kStageBytes;
-        load_warp_fragments<S, kATrans, kBTrans>(frag[(ks + 1) & 1], next_stage, warp_m0, warp_n0, 0, lane);
-      }
-      const WarpFragments<S>& f = frag[ks & 1];
-#pragma unroll
-      for (int mi = 0; mi < S::kMmaM; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < S::kMmaN; ++ni) {
-          if constexpr (kBf16) mma_m16n8k16<__nv_bfloat16>(acc[mi][ni], f.a[mi], f.b[ni]);
-          else mma_m16n8k16<__half>(acc[mi][ni], f.a[mi], f.b[ni]);
-        }
-    }
-  }
-  cp_async_wait<0>();  // no copy may still target shared memory when the block exits
-
-  using Acc = Mma16816Accumulator;
   if constexpr (!S::kStagedEpilogue) {
-#pragma unroll
-    for (int mi = 0; mi < S::kMmaM; ++mi) {
-#pragma unroll
-      for (int ni = 0; ni < S::kMmaN; ++ni) {
-        const int col = tile_n + warp_n0 + ni * kInstrN + Acc::pair_col(lane);
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          store_pair(p.out, p.M, p.N, tile_m + warp_m0 + mi * kInstrM + Acc::pair_row(lane, h), col, acc[mi][ni][2 * h],
-                     acc[mi][ni][2 * h + 1]);
-      }
-    }
+    acc.for_each_pair(lane, [&](int, int, int, int row, int col, float v0, float v1) {
+      store_pair(p.out, p.M, p.N, tile_m + warp_m0 + row, tile_n + warp_n0 + col, v0, v1);
+    });
   } else {
     // Every warp must be done with the pipeline slots (the last ldmatrix) before they are reused.
     __syncthreads();
+    using Acc = Mma16816Accumulator;
     constexpr int kPitch = S::kEpiloguePitch;
     float* staging = reinterpret_cast<float*>(smem) + warp * kInstrM * kPitch;  // 16 x kPitch floats
     constexpr int kQuadsPerRow = S::kWarpN / 4;
@@ -368,7 +297,7 @@ __device__ __forceinline__ void warp_tiled_gemm_block(const GemmProblem& p, uint
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           *reinterpret_cast<float2*>(staging + Acc::pair_row(lane, h) * kPitch + col) =
-              make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+              make_float2(acc.v[mi][ni][2 * h], acc.v[mi][ni][2 * h + 1]);
       }
       __syncwarp();
 #pragma unroll

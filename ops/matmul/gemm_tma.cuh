@@ -69,10 +69,10 @@ using gemm_tiles::GemmProblem;
 constexpr int kBlockM = gemm_wgmma::kBlockM;  // 128
 constexpr int kBlockK = gemm_wgmma::kBlockK;  // 64 halfs = one 128-byte swizzle row
 constexpr int kInstrK = gemm_wgmma::kInstrK;  // 16
-constexpr int kWarpgroupM = 64;               // rows per consumer (the wgmma M)
-constexpr int kConsumers = kBlockM / kWarpgroupM;
-constexpr int kThreads = 128 * (1 + kConsumers);
-constexpr int kGroupM = 8;
+constexpr int kWarpgroupM = gemm_wgmma::kWarpgroupM;  // rows per consumer (the wgmma M)
+constexpr int kConsumers = gemm_wgmma::kWarpgroups;
+constexpr int kThreads = 128 + gemm_wgmma::kThreads;  // the producer warpgroup and the consumers
+constexpr int kGroupM = gemm_wgmma::kGroupM;
 constexpr int kProducerRegs = 40;   // the producer needs a loop counter and a few addresses
 constexpr int kConsumerRegs = 232;  // 128 accumulators + descriptors, addresses, epilogue
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file of one SM");
@@ -87,26 +87,45 @@ constexpr int kStoreBytes = kConsumers * kStoreBuffers * kStoreBoxBytes;
 // The pipeline ring's share of shared memory: as many slots as fit in 192 KiB.
 constexpr int kPipelineBytes = 192 * 1024;
 
+namespace detail {
+/// The split's reduce buffer (kSplit 2: the second CTA's accumulators, 128 threads x kBN / 2 floats per
+/// consumer) and the ring's slot count: what fits in kPipelineBytes beside it.
+constexpr int reduce_bytes(int kBN, int kSplit) { return kSplit == 1 ? 0 : kConsumers * 128 * (kBN / 2) * 4; }
+constexpr int ring_stages(int kBN, int kSplit) {
+  return (kPipelineBytes - reduce_bytes(kBN, kSplit)) / (kATileBytes + kBN * kBlockK * 2);
+}
+}  // namespace detail
+
 /// The tile width kBN (256, 128 or 64 columns of C; the rows are always kBlockM = 128), the split of K
-/// over a 2-CTA cluster (kSplit 1 or 2, rung 13), and what follows from them (rung 12). Each consumer
-/// runs wgmma.m64n<kBN>k16 into kBN / 2 FP32 accumulators per thread; a pipeline slot holds A's
-/// 128 x 64 and B's kBN x 64 slice, and the 192 KiB ring holds 4, 6 or 8 of them. 128 x 256 is the
-/// fastest per tile (the most MMA work per byte of shared memory read and per barrier wait); the
-/// narrower tiles exist for problems with too few 128 x 256 tiles to occupy the SMs (1000^3 has 32
-/// for 132 SMs; with 128 x 64 it has 128), chosen by gemm_tma_cuda.cu's tile_plan. With kSplit = 2
-/// the two CTAs of a cluster take the two halves of K of the same tile; the second sends its
-/// accumulators into the first's shared memory (kReduceBytes: 128 threads x kBN / 2 floats per
-/// consumer), which the ring gives up (narrow tiles only: 128 x 256 would need 128 KiB).
+/// over a 2-CTA cluster (kSplit 1 or 2, rung 13), and what follows from them (rung 12): a TileShape
+/// (tile_shape.h) of two consumer warpgroups of 64 x kBN, each running wgmma.m64n<kBN>k16 into kBN / 2
+/// FP32 accumulators per thread, K slices of 64, as many slots as the 192 KiB ring holds (a slot is
+/// A's 128 x 64 and B's kBN x 64 slice: 4, 6 or 8 of them), plus the shared-memory figures of this
+/// kernel. 128 x 256 is the fastest per tile (the most MMA work per byte of shared memory read and per
+/// barrier wait); the narrower tiles exist for problems with too few 128 x 256 tiles to occupy the SMs
+/// (1000^3 has 32 for 132 SMs; with 128 x 64 it has 128), chosen by gemm_tma_cuda.cu's tile_plan. With
+/// kSplit = 2 the two CTAs of a cluster take the two halves of K of the same tile; the second sends its
+/// accumulators into the first's shared memory (kReduceBytes), which the ring gives up (narrow tiles
+/// only: 128 x 256 would need 128 KiB).
 template <int kBN, int kSplit = 1>
-struct TmaTile {
+struct TmaTile
+    : tensor_core::TileShape<tensor_core::Block<kBlockM, kBN, kBlockK>, tensor_core::Warp<kWarpgroupM, kBN>,
+                             tensor_core::Stages<detail::ring_stages(kBN, kSplit)>, tensor_core::RasterGroupM<kGroupM>,
+                             tensor_core::Instruction<tensor_core::WgmmaM64NK16<kBN>>> {
   static_assert(kBN == 256 || kBN == 128 || kBN == 64, "TmaTile: 256, 128 or 64 columns (a wgmma N)");
   static_assert(kSplit == 1 || (kSplit == 2 && kBN <= 128), "TmaTile: K split in 2 for the 128- and 64-wide tiles");
-  static constexpr int kBlockN = kBN;
-  static constexpr int kAccumulators = kBN / 2;
-  static constexpr int kReduceBytes = kSplit == 1 ? 0 : kConsumers * 128 * kAccumulators * 4;  // 64 / 32 KiB
+  using Base = tensor_core::TileShape<tensor_core::Block<kBlockM, kBN, kBlockK>, tensor_core::Warp<kWarpgroupM, kBN>,
+                                      tensor_core::Stages<detail::ring_stages(kBN, kSplit)>,
+                                      tensor_core::RasterGroupM<kGroupM>,
+                                      tensor_core::Instruction<tensor_core::WgmmaM64NK16<kBN>>>;
+  using Base::kBlockN;
+  using Base::kStages;
+  static_assert(Base::kWarpsM == kConsumers && Base::kWarpsN == 1 && Base::kThreads + 128 == kThreads,
+                "two consumer warpgroups of 64 rows, and the producer");
+  static constexpr int kAccumulators = kBN / 2;  // a consumer thread's share of its 64 x kBN tile
+  static constexpr int kReduceBytes = detail::reduce_bytes(kBN, kSplit);  // 64 / 32 KiB
   static constexpr int kBTileBytes = kBN * kBlockK * 2;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  static constexpr int kStages = (kPipelineBytes - kReduceBytes) / kStageBytes;  // 4, 6, 8; split: 4, 6
   // full + empty per slot; split: a reduce-full and a reduce-empty barrier per consumer.
   static constexpr int kBarrierBytes = 2 * kStages * 8 + (kSplit == 1 ? 0 : 2 * kConsumers * 8);
   // + 1 KiB so that the kernel can round the dynamic shared-memory base up to 1024 bytes (SWIZZLE_128B).
@@ -114,6 +133,11 @@ struct TmaTile {
   static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory on sm_90");
   static_assert(kBTileBytes % 1024 == 0 && kReduceBytes % 1024 == 0, "slot bases stay 1024-byte aligned");
 };
+static_assert(TmaTile<256>::kStages == 4 && TmaTile<128>::kStages == 6 && TmaTile<64>::kStages == 8 &&
+                  TmaTile<128, 2>::kStages == 4 && TmaTile<64, 2>::kStages == 6,
+              "the ring's slot counts (bench/gemm/README.md's rungs 12 and 13)");
+static_assert(TmaTile<256>::kBlockM == gemm_wgmma::WgmmaTile::kBlockM && TmaTile<256>::kStages == gemm_wgmma::kStages,
+              "TmaTile<256> is the wgmma kernels' 128 x 256 tile");
 
 // The 128 x 256 tile's figures (the default tile; rungs 7-10 of bench/gemm/ build on them).
 constexpr int kBlockN = TmaTile<256>::kBlockN;  // 256

@@ -1,5 +1,5 @@
-// gemm_wgmma.cuh - the shared-memory side of halfgrad's Hopper (sm_90a) FP16 GEMMs: the tile
-// constants, the 128-byte-swizzled operand tiles that warpgroup MMA (wgmma.mma_async) reads, and
+// gemm_wgmma.cuh - the shared-memory side of halfgrad's Hopper (sm_90a) FP16 GEMMs: the tile shape
+// (WgmmaTile, a tensor_core::TileShape), the 128-byte-swizzled operand tiles that warpgroup MMA (wgmma.mma_async) reads, and
 // their matrix descriptors. gemm_tma.cuh (production: TMA loads, warp-specialised) builds on them, and
 // so does the lab's cp.async wgmma kernel (bench/gemm/wgmma_cp_async.cuh, rung 6, no longer chosen).
 // Private to ops/matmul/ and bench/gemm/; the descriptors exist only for the sm_90a target.
@@ -23,6 +23,7 @@
 
 #include "ops/matmul/gemm_mma_tiles.cuh"
 #include "ops/tensor_core/ptx.cuh"
+#include "ops/tensor_core/tile_shape.h"
 
 namespace halfgrad::cuda::gemm_wgmma {
 
@@ -30,16 +31,23 @@ namespace halfgrad::cuda::gemm_wgmma {
 using namespace tensor_core;
 using gemm_tiles::GemmProblem;
 
-constexpr int kBlockM = 128;
-constexpr int kBlockN = 256;
-constexpr int kBlockK = 64;  // one 128-byte swizzle row of halfs
-constexpr int kWarpgroupM = 64;  // the wgmma M; each warpgroup owns 64 rows of the block tile
-constexpr int kWarpgroups = kBlockM / kWarpgroupM;
-constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kInstrK = 16;
-constexpr int kStages = 4;
-constexpr int kGroupM = 8;  // rasterisation: blocks sweep 8 tile-rows before moving right (L2 reuse)
+/// The 128 x 256 tile of the wgmma kernels (tile_shape.h): K slices of 64 halfs (one 128-byte swizzle
+/// row), two warpgroups of 64 x 256 (one wgmma.m64n256k16 per k-step each), 4 slots, raster groups of 8
+/// tile-rows. gemm_tma.cuh's TmaTile<256> is this block with its ring sized by shared memory.
+using WgmmaTile = tensor_core::TileShape<tensor_core::Block<128, 256, 64>, tensor_core::Warp<64, 256>,
+                                         tensor_core::Stages<4>, tensor_core::RasterGroupM<8>,
+                                         tensor_core::Instruction<tensor_core::WgmmaM64NK16<256>>>;
+constexpr int kBlockM = WgmmaTile::kBlockM;
+constexpr int kBlockN = WgmmaTile::kBlockN;
+constexpr int kBlockK = WgmmaTile::kBlockK;
+constexpr int kWarpgroupM = WgmmaTile::kWarpM;  // the wgmma M; each warpgroup owns 64 rows of the block tile
+constexpr int kWarpgroups = WgmmaTile::kWarpsM;
+constexpr int kThreads = WgmmaTile::kThreads;
+constexpr int kInstrK = WgmmaTile::kInstrK;
+constexpr int kStages = WgmmaTile::kStages;
+constexpr int kGroupM = WgmmaTile::kGroupM;  // rasterisation: blocks sweep 8 tile-rows before moving right (L2 reuse)
 constexpr int kRowBytes = 128;
+static_assert(kBlockK * 2 == kRowBytes, "a K slice is one 128-byte swizzle row");
 constexpr int kPanel = 64;  // MN-major: MN extent of one 128-byte row
 constexpr int kATileBytes = kBlockM * kBlockK * 2;
 constexpr int kBTileBytes = kBlockN * kBlockK * 2;

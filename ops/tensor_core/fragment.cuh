@@ -22,8 +22,9 @@
 //       A, M contiguous (rows k)          row = 8 (l / 16) + l % 8,    col = 8 ((l / 8) % 2)   x4.trans
 //       B pair, K contiguous (rows n)     row = 8 (l / 16) + l % 8,    col = 8 ((l / 8) % 2)   x4
 //       B pair, N contiguous (rows k)     row = l % 16,                col = 8 (l / 16)        x4.trans
-//     and the B pair's registers 0-1 are column block n0's fragment, 2-3 block n0 + 8's. How a kernel
-//     turns (row, col) into an address (padded rows, a swizzle, a halo of voxels) stays the kernel's.
+//     and the B pair's registers 0-1 are column block n0's fragment, 2-3 block n0 + 8's. The tile
+//     layouts that turn (row, col) into an address (padded rows, a swizzle) and the loads by layout
+//     are warp_tile.cuh's; a halo of voxels shifted by a tap stays its kernel's.
 //
 // The B operand's registers as mma.sync reads them (Mma16816BFragment) are mapped too, for the one
 // kernel that fills them from scalar loads (ops/conv/conv3d_wgrad_halo_cuda.cu, Cin = 1).

@@ -66,10 +66,9 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 /// Which memory operations of the arriving thread an arrive on another CTA's barrier orders before
 /// the waiter's acquire (mbarrier_arrive_cluster). kCluster (.release.cluster): everything it did,
 /// as seen from any CTA of the cluster; needed when it wrote the waiter's shared memory
-/// (st_cluster_v4: the K split's partial). On the H200 it costs about a GPU-wide fence per arrive:
-/// on every slot release of the pair kernel (gemm_tma.cuh, kPair 2) it cost a third to a half of the
-/// kernel's rate (FP16 out, TFLOP/s, cluster -> CTA scope: 1000^3 98 -> 150, 4096^3 at width 128
-/// 326 -> 676; bench/gemm/README.md, rung 14). kCta (.release.cta, what PTX gives an arrive
+/// (st_cluster_v4: the K split's partial). It costs about a GPU-wide fence per arrive: on every slot
+/// release of the pair kernel (gemm_tma.cuh, kPair 2) it cost a third to a half of the kernel's rate
+/// (bench/gemm/README.md, rung 14). kCta (.release.cta, what PTX gives an arrive
 /// without qualifiers and what CUTLASS's ClusterBarrier::arrive(cta_id) issues to release a
 /// multicast pipeline's slot): orders this CTA's accesses only; enough for a slot release, where
 /// what must be ordered is this CTA's reads of its own shared memory (completed wgmmas, as for the
