@@ -66,3 +66,22 @@ TEST_CASE("tensor_core: TileShape::describe names block, stages, warp grid and t
   CHECK(TileShape<Block<128, 256, 32>, Warp<64, 64>, Stages<4>, RasterGroupM<16>>::describe() ==
         "128x256x32 s4, 2x4 warps of 64x64, 1/SM, group 16");
 }
+
+TEST_CASE("tensor_core: TileShape with Instruction<WgmmaM64NK16<N>> counts warpgroups (gemm_tma.cuh's TmaTile<256> and <64>)") {
+  // The consumers of the Hopper GEMM: two warpgroups of 64 x N, one wgmma.m64nNk16 per k-step each.
+  using Wide = TileShape<Block<128, 256, 64>, Warp<64, 256>, Stages<4>, Instruction<WgmmaM64NK16<256>>>;
+  using Narrow = TileShape<Block<128, 64, 64>, Warp<64, 64>, Stages<8>, RasterGroupM<8>, Instruction<WgmmaM64NK16<64>>>;
+  static_assert(Wide::kInstrM == 64 && Wide::kInstrN == 256 && Wide::kInstrK == 16);
+  CHECK(Wide::kWarpsM == 2);
+  CHECK(Wide::kWarpsN == 1);
+  CHECK(Wide::kThreads == 256);  // 2 warpgroups of 128 threads (the kernel adds its producer)
+  CHECK(Wide::kMmaM == 1);
+  CHECK(Wide::kMmaN == 1);
+  CHECK(Wide::kKSteps == 4);
+  CHECK(Narrow::kInstrN == 64);
+  CHECK(Narrow::kThreads == 256);
+  CHECK(Narrow::kStages == 8);
+  // The default instruction is mma.sync's, whose issuing group is a warp.
+  CHECK(Large::Instr::kThreads == 32);
+  CHECK(Wide::describe() == "128x256x64 s4, 2x1 warpgroups of 64x256, 1/SM, group 8");
+}
