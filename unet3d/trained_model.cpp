@@ -81,6 +81,15 @@ TrainedModel load_trained_model(const std::string& path_or_dir, const Placement&
         m["class_names"].fail("has " + std::to_string(t.class_names.size()) + " names but the model has " +
                               std::to_string(t.recipe.model.num_classes()) + " classes; expected one name per class");
     }
+    if (m.has("spacing_mm")) {
+      const json_checked::Field sp = m["spacing_mm"];
+      sp.require_array("an array [Z, Y, X] of millimetres");
+      if (sp.size() != 3) sp.fail("has " + std::to_string(sp.size()) + " elements; expected [Z, Y, X] in mm");
+      Spacing mm{};
+      for (size_t d = 0; d < 3; ++d) mm[d] = sp[d].as_number();
+      check_spacing(mm, fn + ": field 'spacing_mm'");
+      t.spacing_mm = mm;
+    }
     t.plan = amp::PrecisionPlan::from_json(m);  // the parameters' dtypes, which the file must match
   }
   t.model = std::make_shared<nn::UNet3d>(t.recipe.model);

@@ -2,12 +2,14 @@
 // checkpoint for inference: what `eval` and `predict` share.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "amp/precision_plan.h"
 #include "core/tensor.h"
 #include "unet3d/recipe.h"
+#include "unet3d/resample.h"
 #include "nn/unet3d.h"
 
 namespace unet3d_app {
@@ -34,6 +36,10 @@ struct TrainedModel {
   halfgrad::amp::OptLevelSetup mp;        // the autocast setting and input cast of `plan`
   std::shared_ptr<halfgrad::nn::UNet3d> model;  // on the placement's device, in eval() mode
   std::vector<std::string> class_names;   // class_names[0] is background; empty when the file has none
+  /// The spacing (z, y, x) mm every training volume was resampled to (train --spacing); predict and
+  /// eval resample their inputs to it. None: trained on each volume's own grid (--spacing native, the
+  /// default data, a run before --spacing, a PyTorch file), so inputs are used on their own grids.
+  std::optional<Spacing> spacing_mm;
 
   /// How the model was found: "" for halfgrad's own file; for a foreign one a line saying what was
   /// inferred ("no halfgrad metadata (a PyTorch state_dict?): inferred channels {...}, ...").

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "unet3d/resample.h"
 
 namespace unet3d_app {
 
@@ -118,6 +119,20 @@ static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
                     "cross-validation fold K of 5 with --data: the pairs whose index (sorted by name) is K mod 5 "
                     "validate, the others train (default 4: the reference's split, every 5th pair)")
       ->transform(decimal_integer(0, 4));
+  train->add_option("--spacing", t.spacing,
+                    "with --data, the voxel spacing every volume is resampled to (images trilinear, labels one-hot "
+                    "linear): median (the default: the training images' median, nnU-Net's rule), native (each "
+                    "volume on its own grid) or Z,Y,X in mm (e.g. 3,0.8,0.8). predict resamples to it and back")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            try {
+              SpacingChoice::parse(s, "--spacing");
+            } catch (const halfgrad::Error& e) {
+              return e.what();
+            }
+            return "";
+          },
+          "native|median|Z,Y,X"));
   train->add_option("--seed", t.seed, "random seed (init, patches, flips)")
       ->transform(decimal_integer(0, std::numeric_limits<uint64_t>::max()));
   train->add_option("--config", t.config,

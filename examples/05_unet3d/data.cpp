@@ -23,7 +23,8 @@ static Shape divisible_shape(const Shape& s, int64_t levels) {
   return out;
 }
 
-SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval, int64_t fold) {
+SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval, int64_t fold,
+                      const SpacingChoice& spacing) {
   io::MsdDataset ds = io::load_msd(dir);
   const std::string json_path = dir + "/dataset.json";
   HG_CHECK(ds.num_classes >= 2, "halfgrad-unet3d: " << json_path << " declares " << ds.num_classes
@@ -49,34 +50,62 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
                                                       " for fold " + std::to_string(fold) +
                                                       " (fold k validates on the pairs whose index, sorted by name, "
                                                       "is k mod 5, and trains on the others)"));
-  // Volumes are z-scored, then zero-padded at the end to the recipe's shape, as the reference's prep.
-  // A volume larger than that shape grows the shape (rounded up so that every level halves evenly)
-  // instead of being cropped: cropping could cut the foreground away without a word.
   std::vector<io::MsdCase> train_cases, val_cases;
+  for (const io::MsdPair& p : split.train) train_cases.push_back(io::load_msd_case(p, ds.num_classes));
+  for (const io::MsdPair& p : split.val) val_cases.push_back(io::load_msd_case(p, ds.num_classes));
+  // The grid: each volume's own, or one spacing for all (the training cases' median, nnU-Net's rule).
+  if (spacing.mode == SpacingChoice::Mode::Fixed) data.spacing_mm = spacing.mm;
+  if (spacing.mode == SpacingChoice::Mode::Median) {
+    std::vector<Spacing> spacings;
+    std::vector<Extent> shapes;
+    for (const io::MsdCase& c : train_cases.empty() ? val_cases : train_cases) {
+      spacings.push_back(c.image.spacing);
+      const Shape& s = c.image.data.shape();
+      shapes.push_back({s[0], s[1], s[2]});
+    }
+    data.spacing_mm = target_spacing(spacings, shapes, "halfgrad-unet3d: the training images of " + dir);
+  }
+  // Each image is z-scored on its own grid and resampled to the run's spacing (nnU-Net normalises
+  // before it resamples), its label map one-hot linearly (unet3d/resample.h); a volume already at that
+  // spacing keeps its bits. Then, as the reference's prep, z-scored and zero-padded at the end to the
+  // recipe's shape. A volume larger than that shape grows the shape (rounded up so that every level
+  // halves evenly) instead of being cropped: cropping could cut the foreground away without a word.
+  std::vector<io::Sample> train_grid, val_grid;
   Shape shape = to_shape(r.volume_shape);
   const int64_t levels = static_cast<int64_t>(r.model.channels().size());
-  auto read_all = [&](const std::vector<io::MsdPair>& pairs, std::vector<io::MsdCase>& out) {
-    for (const io::MsdPair& p : pairs) {
-      out.push_back(io::load_msd_case(p, ds.num_classes));
-      const Shape s = divisible_shape(out.back().image.data.shape(), levels);
-      for (size_t d = 0; d < 3; ++d) shape[d] = std::max(shape[d], s[d]);
+  auto to_grid = [&](const std::vector<io::MsdCase>& cases, std::vector<io::Sample>& out) {
+    for (const io::MsdCase& c : cases) {
+      io::Sample s{io::zscore(c.image.data), c.label.data};
+      if (data.spacing_mm) {
+        const Shape& own = s.image.shape();
+        const Extent e = resampled_shape({own[0], own[1], own[2]}, c.image.spacing, *data.spacing_mm);
+        s = {resample_image(s.image, e), resample_label(s.label, ds.num_classes, e)};
+      }
+      out.push_back(s);
+      const Shape d = divisible_shape(s.image.shape(), levels);
+      for (size_t k = 0; k < 3; ++k) shape[k] = std::max(shape[k], d[k]);
     }
   };
-  read_all(split.train, train_cases);
-  read_all(split.val, val_cases);
+  to_grid(train_cases, train_grid);
+  to_grid(val_cases, val_grid);
+  if (data.spacing_mm)
+    std::cout << "data: " << (spacing.mode == SpacingChoice::Mode::Median ? "the training images' median spacing, " : "")
+              << spacing_str(*data.spacing_mm) << ": every volume resampled to it" << std::endl;
   if (shape != to_shape(r.volume_shape))
     std::cout << "data: volumes exceed " << shape_str(to_shape(r.volume_shape)) << "; padding all to "
               << shape_str(shape) << " instead of cropping" << std::endl;
   data.volume_shape = {shape[0], shape[1], shape[2]};
-  auto prep = [&](const std::vector<io::MsdPair>& pairs, std::vector<io::MsdCase>& cases, std::vector<SegVolume>& out) {
+  auto prep = [&](const std::vector<io::MsdPair>& pairs, const std::vector<io::MsdCase>& cases,
+                  const std::vector<io::Sample>& grid, std::vector<SegVolume>& out) {
     for (size_t i = 0; i < pairs.size(); ++i) {
-      io::Sample s = io::prepare_fixed_shape(io::zscore(cases[i].image.data), cases[i].label.data, shape);
-      const Shape own = cases[i].image.data.shape();
-      out.push_back({pairs[i].image, s.image, s.label, cases[i].image.spacing, {own[0], own[1], own[2]}});
+      io::Sample s = io::prepare_fixed_shape(grid[i].image, grid[i].label, shape);
+      const Shape own = grid[i].image.shape();
+      out.push_back({pairs[i].image, s.image, s.label, data.spacing_mm.value_or(cases[i].image.spacing),
+                     {own[0], own[1], own[2]}});
     }
   };
-  prep(split.train, train_cases, data.train);
-  prep(split.val, val_cases, data.val);
+  prep(split.train, train_cases, train_grid, data.train);
+  prep(split.val, val_cases, val_grid, data.val);
   return data;
 }
 

@@ -3,17 +3,21 @@
 // Two sources:
 //   --data DIR   a Medical Segmentation Decathlon folder (dataset.json, imagesTr/, labelsTr/); pairs
 //                sorted by image file name, every 5th (index % 5 == 4) held out for validation, as
-//                ../shared/reference/torch_hippo_train.py does. Volumes are z-scored and padded or
-//                cropped to the recipe's volume shape, exactly as the reference's `prep`.
+//                ../shared/reference/torch_hippo_train.py does (--fold picks another of the 5).
+//                Volumes are z-scored, resampled to the run's spacing (train --spacing: the training
+//                images' median by default, unet3d/resample.h) and zero-padded to the recipe's volume
+//                shape, as the reference's `prep`.
 //   (no --data)  the embedded default: Debian's mricron-data (ch2 T1 brain, AAL regions grouped into
 //                lobes), with a held-out slab for validation (io/mricron.h).
 #pragma once
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "unet3d/recipe.h"
+#include "unet3d/resample.h"
 
 namespace unet3d_app {
 
@@ -21,7 +25,7 @@ struct SegVolume {
   std::string name;
   halfgrad::Tensor image;  // (D, H, W) float32, z-scored
   halfgrad::Tensor label;  // (D, H, W) int64 in [0, num_classes)
-  std::array<double, 3> spacing_mm{1.0, 1.0, 1.0};  // (z, y, x), the image's (eval's surface metrics)
+  std::array<double, 3> spacing_mm{1.0, 1.0, 1.0};  // (z, y, x) of the grid it is on (eval's surface metrics)
   // (z, y, x) of the volume's own grid: image and label are zero-padded at the end beyond it (eval
   // scores the boundary metrics on this grid, so a prediction in the padding does not count).
   std::array<int64_t, 3> extent{0, 0, 0};
@@ -34,6 +38,7 @@ struct SegData {
   std::vector<std::string> class_names;  // class_names[0] is background
   std::array<int64_t, 3> volume_shape{};  // (z, y, x) every validation volume was padded to
   std::string root;                      // the data folder (--data, or the mricron-data templates)
+  std::optional<Spacing> spacing_mm;     // the one spacing every volume was resampled to; none: own grids
   std::vector<std::string> files;        // every file read, relative to root (data_fingerprint.h)
 };
 
@@ -44,7 +49,12 @@ constexpr int64_t kReferenceFold = 4;
 
 /// MSD folder `dir`. Training: fold `fold` (0 .. kFolds-1) splits the pairs. all_for_eval (the eval
 /// subcommand): every pair in `val` when fold < 0, else fold `fold`'s validation pairs only.
-SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval, int64_t fold = kReferenceFold);
+/// `spacing`: Native keeps each volume on its own grid; Median resamples every volume to
+/// target_spacing() of the training images (of the evaluated ones when all_for_eval); Fixed to its mm.
+/// Throws halfgrad::Error naming the file for a pair that cannot be read or whose image and label
+/// differ in grid (io::load_msd_case), and naming the folder when it has too few pairs for the fold.
+SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval, int64_t fold = kReferenceFold,
+                      const SpacingChoice& spacing = SpacingChoice::native());
 /// The embedded default (mricron-data).
 SegData load_default_data(const Recipe& r);
 

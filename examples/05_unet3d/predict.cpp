@@ -233,6 +233,32 @@ static Tensor member_logits(const Job& j, const PredictArgs& a, const Member& m,
   return logits;
 }
 
+// The grid member `m` segments on: the input's own, or the input resampled to the spacing the
+// model trained at (TrainedModel::spacing_mm).
+static Extent member_grid(const Job& j, const Member& m, const io::Volume& vol) {
+  const Shape& s = vol.data.shape();
+  if (!m.tm.spacing_mm) return {s[0], s[1], s[2]};
+  check_spacing(vol.spacing, "halfgrad-unet3d predict: " + j.input + ": the header's voxel size");
+  return resampled_shape({s[0], s[1], s[2]}, vol.spacing, *m.tm.spacing_mm);
+}
+
+// `t` (C, D, H, W) float32 on the host, resampled to `e` on the run's device (unet3d/resample.h: the
+// upsample op on the GPU with --device cuda), back on the host.
+static Tensor resample_on(const Placement& where, const Tensor& t, const Extent& e) {
+  return resample_image(t.copy_to(where.device), e).copy_to(Device::CPU);
+}
+
+// The member's logits (K, D, H, W) on the input's grid: segmented on its own grid, resampled back.
+static Tensor logits_on_input_grid(const Job& j, const PredictArgs& a, const Member& m, const io::Volume& vol,
+                                   const Tensor& image, const Placement& where, const std::string& label) {
+  const Shape& s = vol.data.shape();
+  const Extent own{s[0], s[1], s[2]};
+  const Extent e = member_grid(j, m, vol);
+  if (e == own) return member_logits(j, a, m, image, s, where, label);
+  const Tensor logits = member_logits(j, a, m, resample_on(where, image, e), Shape{e[0], e[1], e[2]}, where, label);
+  return resample_on(where, logits, own);
+}
+
 // One volume of predict: read and checked, segmented with the sliding window (each member's; an
 // ensemble averages the members' softmax), written (label map, --probabilities, --overlay) and
 // scored against --labels. Returns its per-class Dice (empty without --labels). Throws
@@ -248,22 +274,23 @@ static std::vector<double> predict_volume(const Job& j, const PredictArgs& a, co
   const Shape s = vol.data.shape();
   int64_t tiles = 0;
   for (const Member& m : members) {
-    const TilePlan plan = plan_tiles(s, m.sw);
-    if (a.memory_check) check_host_memory(j, s, plan, mo);
+    const Extent e = member_grid(j, m, vol);
+    const TilePlan plan = plan_tiles(Shape{e[0], e[1], e[2]}, m.sw);
+    if (a.memory_check) check_host_memory(j, Shape{e[0], e[1], e[2]}, plan, mo);
     tiles += plan.num_tiles();
   }
   const Tensor image = io::zscore(vol.data).view_as_shape({1, s[0], s[1], s[2]});
   Tensor labels, probabilities;
   if (members.size() == 1) {
-    const Tensor logits = member_logits(j, a, members[0], image, s, where, j.name);
+    const Tensor logits = logits_on_input_grid(j, a, members[0], vol, image, where, j.name);
     labels = ops::argmax(logits, 0);  // (D, H, W) int64
     if (!j.probabilities.empty()) probabilities = ops::softmax(logits, 0).contiguous();
   } else {
     // The mean of the members' softmax, summed in member order (the same bits every run).
     for (size_t i = 0; i < members.size(); ++i) {
-      const Tensor p = ops::softmax(member_logits(j, a, members[i], image, s, where,
-                                                  j.name + " [" + std::to_string(i + 1) + "/" +
-                                                      std::to_string(members.size()) + "]"),
+      const Tensor p = ops::softmax(logits_on_input_grid(j, a, members[i], vol, image, where,
+                                                         j.name + " [" + std::to_string(i + 1) + "/" +
+                                                             std::to_string(members.size()) + "]"),
                                     0);
       probabilities = i == 0 ? p.contiguous() : ops::add(probabilities, p);
     }
@@ -277,7 +304,11 @@ static std::vector<double> predict_volume(const Job& j, const PredictArgs& a, co
   }
   io::write_label_nifti(j.output, labels, vol);
   std::ostringstream line;
-  line << j.name << ": " << shape_str(s) << ", " << tiles << " tile(s)"
+  line << j.name << ": " << shape_str(s);
+  const Extent grid = member_grid(j, members[0], vol);
+  if (grid != Extent{s[0], s[1], s[2]})
+    line << " (segmented at " << spacing_str(*tm.spacing_mm) << ": " << grid[0] << "x" << grid[1] << "x" << grid[2] << ")";
+  line << ", " << tiles << " tile(s)"
        << (members.size() > 1 ? " over " + std::to_string(members.size()) + " models" : std::string()) << ", "
        << fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2) << " s -> "
        << j.output;

@@ -26,6 +26,7 @@ nlohmann::json train_args_to_json(const TrainArgs& a) {
           {"fp32_modules", a.fp32_modules},
           {"seed", std::to_string(a.seed)},  // a string: JSON readers differ on integers past 2^63
           {"fold", a.fold},
+          {"spacing", a.spacing},
           {"val_every", a.val_every},
           {"save_every", a.save_every},
           {"grad_stats", a.grad_stats},
@@ -57,6 +58,9 @@ TrainArgs train_args_from_json(const Field& j) {
            j.where() << ": field 'seed' is \"" << seed.substr(0, 24) << "\"; expected decimal digits");
   a.seed = std::stoull(seed);
   a.fold = j.has("fold") ? j["fold"].as_int(0, kFolds - 1) : kReferenceFold;  // runs saved before --fold
+  // Runs saved before --spacing trained every volume on its own grid.
+  a.spacing = j.has("spacing") ? j["spacing"].as_string() : "native";
+  SpacingChoice::parse(a.spacing, j.where() + ": field 'spacing'");
   a.val_every = j["val_every"].as_int();
   a.save_every = j["save_every"].as_int(1, INT64_MAX);
   a.grad_stats = j["grad_stats"].as_string();

@@ -92,7 +92,10 @@ int run_eval(const EvalArgs& a) {
   const amp::OptLevelSetup& mp = tm.mp;
   HG_CHECK(a.fold < 0 || !a.data.empty(),
            "halfgrad-unet3d eval: --fold needs --data (the default data splits by hemisphere, not by fold)");
-  SegData data = a.data.empty() ? load_default_data(r) : load_msd_data(a.data, r, true, a.fold);
+  // On the grid the model trained on (its spacing_mm), where the Dice of training's validation was taken.
+  SegData data = a.data.empty() ? load_default_data(r)
+                                : load_msd_data(a.data, r, true, a.fold,
+                                                tm.spacing_mm ? SpacingChoice::fixed(*tm.spacing_mm) : SpacingChoice::native());
   HG_CHECK(data.num_classes == r.model.num_classes(),
            "halfgrad-unet3d eval: " << data.source << " has " << data.num_classes << " classes but checkpoint "
                                     << a.checkpoint << " was trained for " << r.model.num_classes());
@@ -136,6 +139,7 @@ int run_eval(const EvalArgs& a) {
   for (double d : dice) mean += d;
   mean /= std::max<size_t>(dice.size(), 1);
   nlohmann::json out = {{"dice", dice}, {"mean_dice", mean}, {"volumes", data.val.size()}};
+  if (data.spacing_mm) out["spacing_mm"] = *data.spacing_mm;  // the grid scored: the model's
   out.update(boundary.to_json(a.nsd_tolerance));
   std::cout << out.dump() << std::endl;
   return 0;

@@ -225,7 +225,11 @@ void Trainer::load_data() {
   const auto t_load = Clock::now();
   HG_CHECK(!a_.data.empty() || !std::count(a_.given.begin(), a_.given.end(), "--fold"),
            "halfgrad-unet3d train: --fold needs --data (the default data splits by hemisphere, not by fold)");
-  data_ = a_.data.empty() ? load_default_data(r_) : load_msd_data(a_.data, r_, false, a_.fold);
+  HG_CHECK(!a_.data.empty() || !std::count(a_.given.begin(), a_.given.end(), "--spacing"),
+           "halfgrad-unet3d train: --spacing needs --data (the default data is the 2 mm atlas of io/mricron.h)");
+  data_ = a_.data.empty() ? load_default_data(r_)
+                          : load_msd_data(a_.data, r_, false, a_.fold,
+                                          SpacingChoice::parse(a_.spacing, "halfgrad-unet3d train: --spacing"));
   r_.model.num_classes(data_.num_classes);
   std::cout << "data: " << data_.source << ": " << data_.train.size() << " training, " << data_.val.size()
             << " validation volumes, " << data_.num_classes << " classes (loaded in " << fmt(seconds_since(t_load), 1)
@@ -661,6 +665,8 @@ void Trainer::save_checkpoint(int64_t epoch, double mean_dice) {
   nlohmann::json model_meta = {{"recipe", r_.name},          {"model", r_.model.to_json()}, {"epoch", epoch},
                                {"volume_shape", r_.volume_shape}, {"class_names", data_.class_names},
                                {"val_mean_dice", mean_dice}};
+  // The grid it trained on, which predict resamples every input to (absent: each volume's own).
+  if (data_.spacing_mm) model_meta["spacing_mm"] = *data_.spacing_mm;
   model_meta.update(plan_.to_json());  // amp, opt_level, amp_dtype, fp32_ops, fp32_modules
   // training_state's: what --resume needs (resume.h), and no times, so that two runs with the same
   // options and seed write the same bytes (the times are in metrics.csv, which --resume reads).
