@@ -40,4 +40,12 @@ Recipe recipe_by_name(const std::string& name, const std::string& where) {
   HG_FAIL(where << ": unknown recipe '" << name.substr(0, 40) << "'; expected one of: cpu, reference, tiny");
 }
 
+Augmentation augmentation_by_name(const std::string& name, const std::string& where) {
+  if (name == "none") return Augmentation::None;
+  if (name == "nnunet") return Augmentation::NnUnet;
+  HG_FAIL(where << ": unknown augmentation '" << name.substr(0, 40) << "'; expected none or nnunet");
+}
+
+const char* augmentation_name(Augmentation a) { return a == Augmentation::NnUnet ? "nnunet" : "none"; }
+
 }  // namespace unet3d_app

@@ -26,6 +26,10 @@
 
 namespace unet3d_app {
 
+/// The training augmentation before the flips (train --augment): none, or nnU-Net v2's default
+/// transforms (io/augment.h: AugmentOptions' defaults; examples/05_unet3d/data.h: augment_options).
+enum class Augmentation { None, NnUnet };
+
 struct Recipe {
   std::string name;
   halfgrad::nn::UNet3dOptions model;
@@ -42,11 +46,18 @@ struct Recipe {
   int64_t samples_per_epoch = 0;  // 0 = one pass over the training volumes
   int64_t val_every = 10;
   std::vector<int64_t> flip_axes{0, 1, 2};  // (z, y, x) axes flipped with probability 1/2 each
+  Augmentation augment = Augmentation::None;  // applied to each sample before its flips; none in every recipe
 };
 
 /// The named recipe; throws halfgrad::Error "<where>: unknown recipe 'x'; expected one of: cpu,
 /// reference, tiny" otherwise. `where` says where the name came from: "halfgrad-unet3d: --config"
 /// (the default), or a checkpoint's field ("halfgrad-unet3d eval: FILE: field 'recipe'").
 Recipe recipe_by_name(const std::string& name, const std::string& where = "halfgrad-unet3d: --config");
+
+/// "none" or "nnunet" (train --augment's words); throws halfgrad::Error "<where>: unknown augmentation
+/// 'x'; expected none or nnunet" otherwise.
+Augmentation augmentation_by_name(const std::string& name, const std::string& where);
+/// The word for `a`: "none" or "nnunet".
+const char* augmentation_name(Augmentation a);
 
 }  // namespace unet3d_app

@@ -133,7 +133,12 @@ static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
             return "";
           },
           "native|median|Z,Y,X"));
-  train->add_option("--seed", t.seed, "random seed (init, patches, flips)")
+  train->add_option("--augment", t.augment,
+                    "training augmentation before the flips: none (every recipe's default) or nnunet (nnU-Net v2's "
+                    "default transforms: rotation, scaling, noise, blur, brightness, contrast, low resolution, gamma; "
+                    "io/augment.h)")
+      ->check(CLI::IsMember({"none", "nnunet"}));
+  train->add_option("--seed", t.seed, "random seed (init, patches, flips, augmentation)")
       ->transform(decimal_integer(0, std::numeric_limits<uint64_t>::max()));
   train->add_option("--config", t.config,
                     "recipe: cpu (2-core machine), reference (the PyTorch reference's) or tiny (for tests)")

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "io/augment.h"
 #include "io/mricron.h"
 #include "io/msd.h"
 #include "io/preprocess.h"
@@ -88,12 +89,14 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
   };
   to_grid(train_cases, train_grid);
   to_grid(val_cases, val_grid);
+  // eval prints one JSON line on stdout: its notes go to stderr.
+  std::ostream& note = all_for_eval ? std::cerr : std::cout;
   if (data.spacing_mm)
-    std::cout << "data: " << (spacing.mode == SpacingChoice::Mode::Median ? "the training images' median spacing, " : "")
-              << spacing_str(*data.spacing_mm) << ": every volume resampled to it" << std::endl;
+    note << "data: " << (spacing.mode == SpacingChoice::Mode::Median ? "the training images' median spacing, " : "")
+         << spacing_str(*data.spacing_mm) << ": every volume resampled to it" << std::endl;
   if (shape != to_shape(r.volume_shape))
-    std::cout << "data: volumes exceed " << shape_str(to_shape(r.volume_shape)) << "; padding all to "
-              << shape_str(shape) << " instead of cropping" << std::endl;
+    note << "data: volumes exceed " << shape_str(to_shape(r.volume_shape)) << "; padding all to "
+         << shape_str(shape) << " instead of cropping" << std::endl;
   data.volume_shape = {shape[0], shape[1], shape[2]};
   auto prep = [&](const std::vector<io::MsdPair>& pairs, const std::vector<io::MsdCase>& cases,
                   const std::vector<io::Sample>& grid, std::vector<SegVolume>& out) {
@@ -130,13 +133,28 @@ SegData load_default_data(const Recipe& r) {
   return data;
 }
 
+// SplitMix64's output function (Steele, Lea & Flood 2014): a bijection of 64-bit words.
+static uint64_t splitmix64_finalise(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 uint64_t batch_seed(uint64_t run_seed, int64_t step) {
   // SplitMix64's finaliser over a Weyl sequence: seed and step enter through different odd constants,
   // so (seed, step) and (seed + 1, step - 1) do not collide.
   uint64_t z = run_seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return splitmix64_finalise(z);
+}
+
+uint64_t sample_seed(uint64_t run_seed, int64_t step, int64_t b) {
+  // One more Weyl step (SplitMix64's increment) per sample index: distinct b, distinct seeds (the
+  // finaliser is a bijection).
+  return splitmix64_finalise(batch_seed(run_seed, step) + (static_cast<uint64_t>(b) + 1) * 0x9E3779B97F4A7C15ull);
+}
+
+io::AugmentOptions augment_options(Augmentation a) {
+  return a == Augmentation::NnUnet ? io::AugmentOptions() : io::AugmentOptions::none();
 }
 
 void make_training_batch(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step, Tensor& x,
@@ -155,6 +173,7 @@ void make_training_batch_slice(const SegData& data, const Recipe& r, uint64_t ru
   std::vector<io::Sample> samples;
   const bool patches = r.patch[0] > 0;
   const io::PatchOptions patch = io::PatchOptions().with_size(to_shape(r.patch)).with_foreground_prob(r.foreground_prob);
+  const io::AugmentOptions augment = augment_options(r.augment);
   for (int64_t b = 0; b < end; ++b) {
     const SegVolume& v = data.train[gen.randint(static_cast<int64_t>(data.train.size()))];
     io::Sample s{v.image, v.label};
@@ -163,7 +182,15 @@ void make_training_batch_slice(const SegData& data, const Recipe& r, uint64_t ru
       for (size_t i = 0; i < r.flip_axes.size(); ++i) gen.uniform();
       continue;
     }
-    if (patches) s = io::random_patch(s, patch, gen);
+    if (r.augment == Augmentation::None) {
+      if (patches) s = io::random_patch(s, patch, gen);
+    } else {
+      // The patch corner from the batch's generator, as without augmentation; the augmentation's draws
+      // from the sample's own generator, so a rank skipping samples needs none of them.
+      const std::array<int64_t, 3> start = patches ? io::random_patch_start(s, patch, gen) : std::array<int64_t, 3>{0, 0, 0};
+      Generator sample_gen(sample_seed(run_seed, step, b));
+      s = io::augment_patch(s, start, patches ? to_shape(r.patch) : s.image.shape(), augment, sample_gen);
+    }
     for (int64_t axis : r.flip_axes)
       if (gen.uniform() < 0.5) s = {io::flip(s.image, axis), io::flip(s.label, axis)};
     samples.push_back(s);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/augment.h"
 #include "unet3d/recipe.h"
 #include "unet3d/resample.h"
 
@@ -63,10 +64,22 @@ SegData load_default_data(const Recipe& r);
 /// batches in any order (loader.h) and a resumed run draws the same batches as one that never stopped.
 uint64_t batch_seed(uint64_t run_seed, int64_t step);
 
+/// The seed of sample b's augmentation (0 <= b < batch) in step `step`'s batch: SplitMix64 of
+/// batch_seed(run_seed, step) and b. Each sample draws its augmentation from its own generator, so a
+/// rank building samples [begin, end) draws nothing for the others, and any thread builds the same bits.
+uint64_t sample_seed(uint64_t run_seed, int64_t step, int64_t b);
+
+/// The transforms of the recipe's augmentation: io::AugmentOptions::none(), or io::AugmentOptions()
+/// (nnU-Net v2's defaults) for Augmentation::NnUnet.
+halfgrad::io::AugmentOptions augment_options(Augmentation a);
+
 /// Training step `step`'s batch (step counts from 0 over the whole run): x (B, 1, d, h, w) float32,
 /// y (B, d, h, w) int64; volumes drawn with replacement, patches (or whole volumes), random flips
 /// along each of the recipe's flip axes applied to image and label together, all from
-/// Generator(batch_seed(run_seed, step)). Throws halfgrad::Error when `data` has no training volumes.
+/// Generator(batch_seed(run_seed, step)). With the recipe's augmentation (not None) each sample is
+/// io::augment_patch of its patch (the whole volume without patches) before the flips, drawn from
+/// Generator(sample_seed(run_seed, step, b)); the batch's generator draws what it draws without.
+/// Throws halfgrad::Error when `data` has no training volumes.
 void make_training_batch(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step, halfgrad::Tensor& x,
                          halfgrad::Tensor& y);
 

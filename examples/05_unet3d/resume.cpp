@@ -27,6 +27,7 @@ nlohmann::json train_args_to_json(const TrainArgs& a) {
           {"seed", std::to_string(a.seed)},  // a string: JSON readers differ on integers past 2^63
           {"fold", a.fold},
           {"spacing", a.spacing},
+          {"augment", a.augment},
           {"val_every", a.val_every},
           {"save_every", a.save_every},
           {"grad_stats", a.grad_stats},
@@ -61,6 +62,9 @@ TrainArgs train_args_from_json(const Field& j) {
   // Runs saved before --spacing trained every volume on its own grid.
   a.spacing = j.has("spacing") ? j["spacing"].as_string() : "native";
   SpacingChoice::parse(a.spacing, j.where() + ": field 'spacing'");
+  // Runs saved before --augment trained without augmentation: the recipe's (every recipe's is none).
+  a.augment = j.has("augment") ? j["augment"].as_string() : "";
+  if (!a.augment.empty()) augmentation_by_name(a.augment, j.where() + ": field 'augment'");
   a.val_every = j["val_every"].as_int();
   a.save_every = j["save_every"].as_int(1, INT64_MAX);
   a.grad_stats = j["grad_stats"].as_string();

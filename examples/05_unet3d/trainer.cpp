@@ -75,6 +75,7 @@ Recipe run_recipe(const TrainArgs& a) {
   if (a.batch > 0) r.batch = a.batch;
   if (a.lr > 0) r.lr = a.lr;
   if (a.val_every > 0) r.val_every = a.val_every;
+  if (!a.augment.empty()) r.augment = augmentation_by_name(a.augment, "halfgrad-unet3d train: --augment");
   return r;
 }
 
@@ -234,6 +235,9 @@ void Trainer::load_data() {
   std::cout << "data: " << data_.source << ": " << data_.train.size() << " training, " << data_.val.size()
             << " validation volumes, " << data_.num_classes << " classes (loaded in " << fmt(seconds_since(t_load), 1)
             << " s)" << std::endl;
+  if (r_.augment != Augmentation::None)
+    std::cout << "augment: " << augmentation_name(r_.augment)
+              << ", nnU-Net v2's training transforms on each sample before its flips (io/augment.h)" << std::endl;
   r_.volume_shape = data_.volume_shape;
   // What the data is, by content: saved with every checkpoint, compared on --resume (rank 0's job,
   // before the run folder is touched).

@@ -5,7 +5,8 @@
 #   split     train --epochs 2 --stop-after-epoch 1, then train --resume (continues to epoch 2)
 # must give the same model.safetensors and training_state.safetensors bytes (no times in either) and
 # the same metrics.csv less its two time columns;
-# then --resume of the finished run is refused, and --resume --epochs 3 trains one more epoch.
+# then --resume of the finished run is refused, and --resume --epochs 3 trains one more epoch; and
+# the same split with --augment nnunet, which --resume restores.
 #   resume_test.sh BINARY
 set -uo pipefail
 bin=$1
@@ -42,5 +43,17 @@ run "$tmp/split3.log" train --resume "$tmp/split" --epochs 3 --no-progress
 grep -q "^epoch 3/3" "$tmp/split3.log" || fail "--resume --epochs 3 did not train epoch 3"
 [[ $(wc -l < "$tmp/split/metrics.csv") == 4 ]] || fail "metrics.csv after --epochs 3 does not hold 3 rows"
 "$bin" eval --checkpoint "$tmp/split" > "$tmp/eval.log" 2>&1 || fail "eval of the resumed run failed: $(cat "$tmp/eval.log")"
+
+# --augment nnunet is one of the run's options: --resume restores it (the resumed run says so and ends
+# with the straight run's bytes), and it changes the batches (the model differs from the plain run's).
+run "$tmp/aug_straight.log" "${args[@]}" --augment nnunet --out "$tmp/aug_straight"
+run "$tmp/aug_split1.log" "${args[@]}" --augment nnunet --out "$tmp/aug_split" --stop-after-epoch 1
+run "$tmp/aug_split2.log" train --resume "$tmp/aug_split" --no-progress
+grep -q "^augment: nnunet" "$tmp/aug_split2.log" || fail "the resumed run lost --augment nnunet"
+if cmp -s "$tmp/aug_straight/model.safetensors" "$tmp/aug_split/model.safetensors"; then echo "ok: --augment nnunet, model.safetensors of 1 + resume = 2 straight"
+else fail "--augment nnunet: model.safetensors differs after --resume"; fi
+cmp -s "$tmp/aug_straight/model.safetensors" "$tmp/straight/model.safetensors" && fail "--augment nnunet trained the same bits as without"
+out=$("$bin" train --resume "$tmp/aug_split" --augment none --no-progress 2>&1)
+[[ $? != 0 && $out == *"--augment cannot be given with --resume"* ]] || fail "--augment with --resume was not refused: $out"
 echo "resume_test: $failures failure(s)"
 [[ $failures == 0 ]]
