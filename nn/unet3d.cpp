@@ -35,6 +35,9 @@ UNet3d::UNet3d(const UNet3dOptions& o, Generator& gen) : Module("UNet3d"), optio
                                                                                << o.num_classes_ << ", " << o.bottleneck_);
   for (int64_t c : o.channels_) HG_CHECK(c >= 1, "UNet3d: every level width must be >= 1, got " << c);
   HG_CHECK(o.channels_.size() < 31, "UNet3d: " << o.channels_.size() << " levels is too many");
+  HG_CHECK(!o.deep_supervision_ || o.channels_.size() >= 2,
+           "UNet3d: deep_supervision needs at least 2 levels (a lower-resolution output), got "
+               << o.channels_.size() << " level width");
 
   // Registration order = the reference's __init__: enc, bott, up, dec, head.
   auto enc_list = register_module("enc", std::make_shared<ModuleList>());
@@ -54,9 +57,28 @@ UNet3d::UNet3d(const UNet3dOptions& o, Generator& gen) : Module("UNet3d"), optio
     c = co;
   }
   head = register_module("head", std::make_shared<Conv3d>(Conv3dOptions(c, o.num_classes_, 1), gen));
+  // After head, so that with deep_supervision off nothing is registered or drawn from gen.
+  if (o.deep_supervision_) {
+    auto ds_list = register_module("ds_heads", std::make_shared<ModuleList>());
+    for (size_t i = 0; i + 1 < o.channels_.size(); ++i) {
+      const int64_t ci = o.channels_[o.channels_.size() - 1 - i];  // dec[i]'s width
+      ds_heads.push_back(ds_list->push_back(std::make_shared<Conv3d>(Conv3dOptions(ci, o.num_classes_, 1), gen)));
+    }
+  }
 }
 
-Tensor UNet3d::forward(const Tensor& x) {
+Tensor UNet3d::forward(const Tensor& x) { return run(x, nullptr); }
+
+std::vector<Tensor> UNet3d::forward_deep(const Tensor& x) {
+  HG_CHECK(options.deep_supervision_, "UNet3d::forward_deep: the model was built with deep_supervision off "
+                                      "(no ds_heads); build it with UNet3dOptions().deep_supervision(true)");
+  std::vector<Tensor> deep;
+  std::vector<Tensor> out{run(x, &deep)};
+  for (size_t i = deep.size(); i-- > 0;) out.push_back((*ds_heads[i])(deep[i]));  // 1/2 first
+  return out;
+}
+
+Tensor UNet3d::run(const Tensor& x, std::vector<Tensor>* deep) {
   HG_CHECK(x.defined(), "UNet3d: input is undefined");
   HG_CHECK(x.dim() == 5, "UNet3d: input " << shape_str(x.shape()) << " must be 5-D (N, C, D, H, W)");
   HG_CHECK(x.size(1) == options.in_channels_, "UNet3d: input " << shape_str(x.shape()) << " has " << x.size(1)
@@ -79,8 +101,10 @@ Tensor UNet3d::forward(const Tensor& x) {
     h = ops::max_pool3d(h, 2, 2);
   }
   h = (*bott)(h);
-  for (size_t i = 0; i < up.size(); ++i)
+  for (size_t i = 0; i < up.size(); ++i) {
     h = (*dec[i])(ops::cat({(*up[i])(h), skips[skips.size() - 1 - i]}, 1));
+    if (deep && i + 1 < up.size()) deep->push_back(h);
+  }
   return (*head)(h);
 }
 

@@ -8,15 +8,24 @@
 //   decoder   for each level from the deepest:  x = dec[i](cat([up[i](x), skip], channels))
 //             up[i] = ConvTranspose3d(c_in, c_l, 2, stride 2) (with bias), dec[i] = block(2 c_l, c_l)
 //   head      Conv3d(c_0, num_classes, 1) with bias -> logits
+//   ds_heads  (deep_supervision only) ds_heads[i] = Conv3d(c_l, num_classes, 1) with bias on dec[i]'s
+//             output, for every decoder level but the last (the full-resolution one, whose head is
+//             `head`): levels - 1 heads, deepest first as up and dec, so ds_heads.{i} sits on dec.{i}
+//             (nnU-Net v2's UNetDecoder.seg_layers, minus its last, with deep_supervision=True).
 // Shapes: x (N, in_channels, D, H, W) -> logits (N, num_classes, D, H, W). D, H and W must each be
 // divisible by 2^levels (levels = channels.size()), since every level halves them and the decoder
 // must meet the skip at the same size.
 // Names: enc.{l}.{0,1,3,4}.*, bott.*, up.{i}.{weight,bias}, dec.{i}.*, head.{weight,bias}
-// (Sequential indices 0 conv, 1 norm, 2 ReLU, 3 conv, 4 norm, 5 ReLU, as PyTorch).
+// (Sequential indices 0 conv, 1 norm, 2 ReLU, 3 conv, 4 norm, 5 ReLU, as PyTorch), then, with
+// deep_supervision only, ds_heads.{i}.{weight,bias} for i = 0 .. levels - 2, registered after head:
+// with deep_supervision off the parameters, their names, order and initial values are those of the
+// reference, and with it on the others keep theirs (the heads draw from `gen` last).
 //
 // Parameter counts (in_channels 1, num_classes 3):
 //   default  channels {16, 32, 64, 128}, bottleneck 256, Batch:  5,646,419  (= the PyTorch reference)
 //   cpu()    channels {8, 16, 32, 64},   bottleneck 128, Batch:  1,412,523
+//   deep_supervision adds (c_l + 1) * num_classes per head: +681 for the default widths (5,647,100),
+//   +345 for cpu() (1,412,868).
 // Norm variants: Instance uses InstanceNorm3d with PyTorch's default affine=false (no parameters;
 // default widths: 5,643,475); None drops the norm and gives the block convs a bias, as one would
 // in PyTorch (default widths: 5,644,947).
@@ -51,19 +60,25 @@ struct UNet3dOptions {
   HG_ARG(std::vector<int64_t>, channels) = {16, 32, 64, 128};
   HG_ARG(int64_t, bottleneck) = 256;
   HG_ARG(NormKind, norm) = NormKind::Batch;
+  /// Registers ds_heads and enables UNet3d::forward_deep (nnU-Net's deep supervision). Needs at
+  /// least 2 levels. Off: the model is exactly the reference's.
+  HG_ARG(bool, deep_supervision) = false;
 
   /// Half the reference's widths, for training on a CPU: channels {8, 16, 32, 64}, bottleneck 128,
   /// 1,412,523 parameters (about 4x fewer than the default, and about 4x fewer conv FLOPs per voxel).
   static UNet3dOptions cpu() { return UNet3dOptions().channels({8, 16, 32, 64}).bottleneck(128); }
 
   /// {"in_channels": 1, "num_classes": 3, "channels": [16, 32, 64, 128], "bottleneck": 256,
-  ///  "norm": "batch"}: what a checkpoint's metadata records to rebuild the model.
+  ///  "norm": "batch", "deep_supervision": false}: what a checkpoint's metadata records to rebuild
+  /// the model.
   nlohmann::json to_json() const;
   /// The inverse of to_json, for untrusted input (a checkpoint's metadata). Throws halfgrad::Error
   /// "<where>: field '<path>.<key>' must be an integer, got string" (json_checked::Field) for a
   /// missing key or a wrong type, an unknown norm name, or a value outside the bounds below; the
-  /// message never holds a dump of the input. The first form names "UNet3dOptions::from_json" and
-  /// the top level; the second the file and path that `f` carries (e.g. model.safetensors, "model").
+  /// message never holds a dump of the input. The one optional key is "deep_supervision" (a bool;
+  /// absent, as in checkpoints written before it existed, it reads false). The first form names
+  /// "UNet3dOptions::from_json" and the top level; the second the file and path that `f` carries
+  /// (e.g. model.safetensors, "model").
   static UNet3dOptions from_json(const nlohmann::json& j);
   static UNet3dOptions from_json(const json_checked::Field& f);
   /// from_json's bounds: every width, in_channels, num_classes and bottleneck in [1, 4096], and 1 to
@@ -71,15 +86,18 @@ struct UNet3dOptions {
   /// constructor ask for terabytes before the checkpoint's tensors are compared with the model.
   static constexpr int64_t kMaxJsonWidth = 4096;
   static constexpr size_t kMaxJsonLevels = 16;
-  /// "channels {16, 32, 64, 128}, bottleneck 256, norm batch, in 1, classes 3", for logs.
+  /// "channels {16, 32, 64, 128}, bottleneck 256, norm batch, in 1, classes 3", for logs, with
+  /// ", deep supervision" appended when it is on.
   std::string describe() const;
 
   /// The options of the UNet3d whose state_dict has these tensors (name -> shape; a safetensors
   /// header's entries, so nothing is allocated): levels and widths from enc.<l>.0.weight,
   /// in_channels from enc.0.0.weight's dim 1, bottleneck from bott.0.weight, num_classes from
   /// head.weight, the norm from enc.0.1.running_mean (batch) or enc.0.0.bias (none) or neither
-  /// (instance). Every 5-D tensor must have the kernels UNet3d builds (3^3 block convs, 2^3 up-convs,
-  /// a 1^3 head). Throws halfgrad::Error starting "<where>: " naming the missing or odd tensor.
+  /// (instance), deep_supervision from ds_heads.0.weight (then ds_heads.{0 .. levels-2}.weight must
+  /// all be there). Every 5-D tensor must have the kernels UNet3d builds (3^3 block
+  /// convs, 2^3 up-convs, 1^3 heads). Throws halfgrad::Error starting "<where>: " naming the
+  /// missing or odd tensor.
   static UNet3dOptions infer_from_shapes(const std::map<std::string, Shape>& shapes, const std::string& where);
   /// Throws halfgrad::Error starting "<where>: " unless infer_from_shapes(shapes) equals these
   /// options: a checkpoint whose metadata claims another architecture than its tensors is refused
@@ -88,11 +106,12 @@ struct UNet3dOptions {
   void check_matches_shapes(const std::map<std::string, Shape>& shapes, const std::string& where) const;
   bool operator==(const UNet3dOptions& o) const {
     return in_channels_ == o.in_channels_ && num_classes_ == o.num_classes_ && channels_ == o.channels_ &&
-           bottleneck_ == o.bottleneck_ && norm_ == o.norm_;
+           bottleneck_ == o.bottleneck_ && norm_ == o.norm_ && deep_supervision_ == o.deep_supervision_;
   }
 };
 
-/// Throws halfgrad::Error from the constructor for an empty `channels` list or any width < 1.
+/// Throws halfgrad::Error from the constructor for an empty `channels` list, any width < 1, or
+/// deep_supervision with a single level (it would have no lower-resolution output).
 class UNet3d : public Module {
  public:
   explicit UNet3d(const UNet3dOptions& options = UNet3dOptions(), Generator& gen = default_generator());
@@ -100,6 +119,12 @@ class UNet3d : public Module {
   /// conv runs in (FP16 under autocast). Throws halfgrad::Error naming the shape when x is not 5-D,
   /// has the wrong channel count, or D, H or W is not divisible by size_divisor().
   Tensor forward(const Tensor& x) override;
+  /// deep_supervision only: the logits of every decoder level, highest resolution first (nnU-Net v2's
+  /// order): [0] the full-resolution logits (N, num_classes, D, H, W), bit-identical to forward(x),
+  /// then ds_heads' logits (N, num_classes, D/2^k, H/2^k, W/2^k) for k = 1 .. levels - 1, in the
+  /// dtype the heads run in. Throws halfgrad::Error when deep_supervision is off, and forward's
+  /// errors for x.
+  std::vector<Tensor> forward_deep(const Tensor& x);
   /// Number of pooling levels (channels.size()).
   int64_t levels() const { return static_cast<int64_t>(options.channels_.size()); }
   /// 2^levels: what every spatial extent of the input must be a multiple of.
@@ -112,6 +137,11 @@ class UNet3d : public Module {
   std::vector<std::shared_ptr<ConvTranspose3d>> up;   // deepest first; ModuleList "up"
   std::vector<std::shared_ptr<Sequential>> dec;       // deepest first; ModuleList "dec"
   std::shared_ptr<Conv3d> head;
+  std::vector<std::shared_ptr<Conv3d>> ds_heads;      // deep_supervision only, deepest first; ModuleList "ds_heads"
+
+ private:
+  // The network; with `deep` set, also dec[i]'s outputs for i < levels - 1 (deepest first).
+  Tensor run(const Tensor& x, std::vector<Tensor>* deep);
 };
 
 }  // namespace halfgrad::nn

@@ -18,7 +18,7 @@ const char* norm_kind_name(NormKind n) {
 
 nlohmann::json UNet3dOptions::to_json() const {
   return {{"in_channels", in_channels_}, {"num_classes", num_classes_}, {"channels", channels_},
-          {"bottleneck", bottleneck_},   {"norm", norm_kind_name(norm_)}};
+          {"bottleneck", bottleneck_},   {"norm", norm_kind_name(norm_)},       {"deep_supervision", deep_supervision_}};
 }
 
 UNet3dOptions UNet3dOptions::from_json(const nlohmann::json& j) {
@@ -43,6 +43,8 @@ UNet3dOptions UNet3dOptions::from_json(const json_checked::Field& f) {
   for (NormKind n : {NormKind::Batch, NormKind::Instance, NormKind::None})
     if (norm == norm_kind_name(n)) { o.norm(n); found = true; }
   if (!found) f["norm"].fail("is " + json_checked::preview(f["norm"].value()) + "; expected \"batch\", \"instance\" or \"none\"");
+  // Optional: checkpoints written before deep supervision existed have no such key.
+  o.deep_supervision(f.has("deep_supervision") && f["deep_supervision"].as_bool());
   return o;
 }
 
@@ -52,6 +54,7 @@ std::string UNet3dOptions::describe() const {
   for (size_t i = 0; i < channels_.size(); ++i) os << (i ? ", " : "") << channels_[i];
   os << "}, bottleneck " << bottleneck_ << ", norm " << norm_kind_name(norm_) << ", in " << in_channels_
      << ", classes " << num_classes_;
+  if (deep_supervision_) os << ", deep supervision";
   return os.str();
 }
 
@@ -75,12 +78,20 @@ UNet3dOptions UNet3dOptions::infer_from_shapes(const std::map<std::string, Shape
   o.norm(shapes.count("enc.0.1.running_mean") ? NormKind::Batch
          : shapes.count("enc.0.0.bias")        ? NormKind::None
                                                : NormKind::Instance);
+  // ds_heads.{i} for i = 0 .. levels - 2 (deepest first), all or none.
+  size_t ds = 0;
+  while (shapes.count("ds_heads." + std::to_string(ds) + ".weight")) ++ds;
+  HG_CHECK(ds == 0 || ds + 1 == channels.size(),
+           where << ": the file has " << ds << " deep-supervision heads (ds_heads.0 .. ds_heads." << ds - 1
+                 << "); a UNet3d of " << channels.size() << " levels has " << channels.size() - 1);
+  o.deep_supervision(ds > 0);
   // The kernels UNet3d builds: 3x3x3 block convs, 2x2x2 up-convolutions, a 1x1x1 head. A state_dict
   // with per-axis kernels (nnU-Net's (1, 3, 3) for anisotropic plans) is another architecture, which
   // UNet3dOptions cannot describe: say so here rather than as a shape mismatch when loading.
   for (const auto& [name, shape] : shapes) {
     if (shape.size() != 5) continue;
-    const int64_t k = name.rfind("up.", 0) == 0 ? 2 : name.rfind("head.", 0) == 0 ? 1 : 3;
+    const bool is_head = name.rfind("head.", 0) == 0 || name.rfind("ds_heads.", 0) == 0;
+    const int64_t k = name.rfind("up.", 0) == 0 ? 2 : is_head ? 1 : 3;
     HG_CHECK(shape[2] == k && shape[3] == k && shape[4] == k,
              where << ": tensor '" << name << "' has shape " << shape_str(shape) << "; halfgrad's UNet3d has " << k
                    << "x" << k << "x" << k << " kernels there (per-axis kernels are not a UNet3dOptions choice)");

@@ -7,6 +7,7 @@
 #include "ops/conv/conv_bn.h"
 #include "ops/dropout/dropout.h"
 #include "ops/elementwise/elementwise.h"
+#include "ops/loss/deep_supervision.h"
 #include "ops/loss/elementwise_loss.h"
 #include "ops/elementwise/sqrt_clamp.h"
 #include "ops/loss/loss.h"

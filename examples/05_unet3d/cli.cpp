@@ -138,6 +138,11 @@ static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
                     "default transforms: rotation, scaling, noise, blur, brightness, contrast, low resolution, gamma; "
                     "io/augment.h)")
       ->check(CLI::IsMember({"none", "nnunet"}));
+  train->add_flag("--deep-supervision", t.deep_supervision,
+                  "nnU-Net v2's deep supervision: the model gets a 1x1x1 head on every lower decoder level "
+                  "(ds_heads) and the step's loss is the weighted sum of the losses at 1, 1/2, 1/4, ... resolution "
+                  "(ops/loss/deep_supervision.h); validation and predict use the full-resolution output. One GPU "
+                  "only; the step runs eagerly (no CUDA graph)");
   train->add_option("--seed", t.seed, "random seed (init, patches, flips, augmentation)")
       ->transform(decimal_integer(0, std::numeric_limits<uint64_t>::max()));
   train->add_option("--config", t.config,

@@ -28,6 +28,7 @@ nlohmann::json train_args_to_json(const TrainArgs& a) {
           {"fold", a.fold},
           {"spacing", a.spacing},
           {"augment", a.augment},
+          {"deep_supervision", a.deep_supervision},
           {"val_every", a.val_every},
           {"save_every", a.save_every},
           {"grad_stats", a.grad_stats},
@@ -65,6 +66,8 @@ TrainArgs train_args_from_json(const Field& j) {
   // Runs saved before --augment trained without augmentation: the recipe's (every recipe's is none).
   a.augment = j.has("augment") ? j["augment"].as_string() : "";
   if (!a.augment.empty()) augmentation_by_name(a.augment, j.where() + ": field 'augment'");
+  // Runs saved before --deep-supervision trained without it.
+  a.deep_supervision = j.has("deep_supervision") && j["deep_supervision"].as_bool();
   a.val_every = j["val_every"].as_int();
   a.save_every = j["save_every"].as_int(1, INT64_MAX);
   a.grad_stats = j["grad_stats"].as_string();

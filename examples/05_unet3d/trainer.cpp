@@ -76,6 +76,7 @@ Recipe run_recipe(const TrainArgs& a) {
   if (a.lr > 0) r.lr = a.lr;
   if (a.val_every > 0) r.val_every = a.val_every;
   if (!a.augment.empty()) r.augment = augmentation_by_name(a.augment, "halfgrad-unet3d train: --augment");
+  if (a.deep_supervision) r.model.deep_supervision(true);
   return r;
 }
 
@@ -138,6 +139,7 @@ std::string graph_off_reason(const TrainArgs& a, const RankContext& ctx) {
   if (a.detect_anomaly) return "--detect-anomaly checks every op's output on the host";
   if (a.precision_report) return "--precision-report records every op and every step's outcome on the host";
   if (!a.grad_stats.empty()) return "--grad-stats reads the gradients on the host";
+  if (a.deep_supervision) return "--deep-supervision downsamples the labels on the host (ops/loss/deep_supervision.h)";
   return "";
 }
 
@@ -380,6 +382,9 @@ void Trainer::restore_run() {
 // global_step on (after a --resume, the saved step: the loader starts only once it is known).
 void Trainer::start_ddp_and_loader() {
   if (ctx_.distributed()) {
+    HG_CHECK(!r_.model.deep_supervision(),
+             "halfgrad-unet3d train --deep-supervision: runs on one GPU only (DistributedDataParallel's forward "
+             "returns one output); got --gpus " << ctx_.world_size);
     ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, ctx_.comm, dist::DdpOptions().broadcast_buffers(false));
     dist::set_communicator(*scaler_, ctx_.comm);
   }
@@ -415,6 +420,11 @@ Tensor Trainer::forward_loss(const Tensor& x, const Tensor& y) {
   // The loss in FP32 at every level (O2/O3 logits are FP16; under O1 the loss is on autocast's FP32
   // list anyway).
   const Tensor input = mp_.cast_input(x);
+  if (r_.model.deep_supervision()) {  // --deep-supervision: one GPU (start_ddp_and_loader), so no ddp_
+    std::vector<Tensor> logits = model_->forward_deep(input);
+    for (Tensor& l : logits) l = l.to(kFloat32);
+    return ops::deep_supervision_loss(logits, y);
+  }
   return ops::segmentation_loss((ddp_ ? ddp_->forward(input) : (*model_)(input)).to(kFloat32), y);
 }
 

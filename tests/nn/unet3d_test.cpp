@@ -1,7 +1,9 @@
-// UNet3d: parameter counts against the PyTorch reference, names, forward/backward, shape errors.
+// UNet3d: parameter counts against the PyTorch reference, names, forward/backward, shape errors;
+// deep supervision (ds_heads, forward_deep, its options in JSON and in a state_dict's shapes).
 #include <doctest/doctest.h>
 
 #include "autocast/autocast.h"
+#include "autograd/gradcheck.h"
 #include "core/error.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
@@ -126,4 +128,119 @@ TEST_CASE("nn: UNet3d under autocast gives float16 logits and float32 gradients;
   Tensor yh = net.forward(x.to(kFloat16));
   CHECK(yh.shape() == Shape{1, 3, 8, 8, 8});
   CHECK(yh.dtype() == kFloat16);
+}
+
+// Deep supervision (nnU-Net v2's): ds_heads on every decoder level but the last, forward_deep.
+
+TEST_CASE("nn: UNet3d deep_supervision off keeps the reference's parameters, names and outputs bit for bit") {
+  CHECK_FALSE(nn::UNet3dOptions().deep_supervision());
+  Generator g1(11), g2(11);
+  nn::UNet3d plain(tiny(), g1);
+  nn::UNet3d on(tiny().deep_supervision(true), g2);  // draws the same values for the shared parameters
+  const auto ps = plain.named_parameters(), qs = on.named_parameters();
+  CHECK(ps.size() == 36);
+  CHECK(ps.back().first == "head.bias");
+  REQUIRE(qs.size() == ps.size() + 2);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    INFO(ps[i].first);
+    CHECK(qs[i].first == ps[i].first);
+    CHECK(qs[i].second.to_double_vector() == ps[i].second.to_double_vector());
+  }
+  for (const auto& [name, p] : ps) CHECK(name.rfind("ds_heads", 0) != 0);
+  CHECK(nn::UNet3d().num_parameters() == 5646419);
+  CHECK(nn::UNet3d(nn::UNet3dOptions::cpu()).num_parameters() == 1412523);
+  CHECK_THROWS_WITH_AS(plain.forward_deep(Tensor::zeros({1, 1, 8, 8, 8})), doctest::Contains("deep_supervision off"), Error);
+}
+
+TEST_CASE("nn: UNet3d deep_supervision channels {4,8,16} adds ds_heads.{0,1} (deepest first) and their counts") {
+  nn::UNet3d net(nn::UNet3dOptions().channels({4, 8, 16}).bottleneck(32).deep_supervision(true));
+  const auto ps = net.named_parameters();
+  REQUIRE(ps.size() >= 4);
+  std::vector<std::string> last;
+  for (size_t i = ps.size() - 4; i < ps.size(); ++i) last.push_back(ps[i].first);
+  CHECK(last == std::vector<std::string>{"ds_heads.0.weight", "ds_heads.0.bias", "ds_heads.1.weight", "ds_heads.1.bias"});
+  CHECK(ps[ps.size() - 4].second.shape() == Shape{3, 16, 1, 1, 1});  // on dec.0 (width 16, 1/4 resolution)
+  CHECK(ps[ps.size() - 3].second.shape() == Shape{3});
+  CHECK(ps[ps.size() - 2].second.shape() == Shape{3, 8, 1, 1, 1});   // on dec.1 (width 8, 1/2 resolution)
+  CHECK(net.ds_heads.size() == 2);
+  // The header's counts: + (c_l + 1) * num_classes per head.
+  CHECK(nn::UNet3d(nn::UNet3dOptions().deep_supervision(true)).num_parameters() == 5646419 + 681);
+  CHECK(nn::UNet3d(nn::UNet3dOptions::cpu().deep_supervision(true)).num_parameters() == 1412523 + 345);
+  CHECK_THROWS_WITH_AS(nn::UNet3d(nn::UNet3dOptions().channels({4}).deep_supervision(true)),
+                       doctest::Contains("at least 2 levels"), Error);
+}
+
+TEST_CASE("nn: UNet3d float32 forward_deep (2,1,16,16,16) channels {4,8,16}: shapes 16, 8, 4; [0] equals forward; backward reaches the heads") {
+  Generator gen(12);
+  nn::UNet3d net(nn::UNet3dOptions().channels({4, 8, 16}).bottleneck(32).deep_supervision(true), gen);
+  net.eval();  // BatchNorm's running statistics: forward and forward_deep see the same model
+  Tensor x = Tensor::randn({2, 1, 16, 16, 16}, gen);
+  const std::vector<Tensor> ys = net.forward_deep(x);
+  REQUIRE(ys.size() == 3);
+  CHECK(ys[0].shape() == Shape{2, 3, 16, 16, 16});
+  CHECK(ys[1].shape() == Shape{2, 3, 8, 8, 8});
+  CHECK(ys[2].shape() == Shape{2, 3, 4, 4, 4});
+  CHECK(ys[0].to_double_vector() == net.forward(x).to_double_vector());
+  Tensor s = ops::mean(ops::mul(ys[1], ys[1]));
+  s = ops::add(s, ops::mean(ops::mul(ys[2], ys[2])));
+  s.backward();
+  for (const auto& h : net.ds_heads) CHECK(h->named_parameters()[0].second.grad().defined());
+  CHECK_FALSE(net.head->named_parameters()[0].second.grad().defined());
+}
+
+TEST_CASE("nn: UNet3d float64 deep-supervision loss gradcheck on a tiny model's output logits (channels {2,4})") {
+  // The loss through forward_deep, checked with respect to the input volume (the heads' and the
+  // decoder's backward included), in float64 on a 1 x 1 x 4 x 4 x 4 input.
+  Generator gen(13);
+  nn::UNet3d net(nn::UNet3dOptions().channels({2, 4}).bottleneck(4).norm(nn::NormKind::None).num_classes(2).deep_supervision(true),
+                 gen);
+  net.to(kFloat64);
+  std::vector<int64_t> lab(64);
+  for (auto& l : lab) l = gen.randint(2);
+  const Tensor t = Tensor::from_labels(lab, {1, 4, 4, 4});
+  Tensor x = Tensor::randn({1, 1, 4, 4, 4}, gen, kFloat64).set_requires_grad(true);
+  auto r = autograd::gradcheck([&](const std::vector<Tensor>& in) { return ops::deep_supervision_loss(net.forward_deep(in[0]), t); },
+                               {x});
+  CHECK_MESSAGE(r.ok, r.report);
+}
+
+TEST_CASE("nn: UNet3dOptions deep_supervision round-trips through JSON; old JSON without the key reads false") {
+  const auto o = nn::UNet3dOptions::cpu().deep_supervision(true);
+  CHECK(o.to_json().at("deep_supervision") == true);
+  const auto back = nn::UNet3dOptions::from_json(o.to_json());
+  CHECK(back.deep_supervision());
+  CHECK(back == o);
+  CHECK_FALSE(back == nn::UNet3dOptions::cpu());
+  CHECK(o.describe() == "channels {8, 16, 32, 64}, bottleneck 128, norm batch, in 1, classes 3, deep supervision");
+  auto old = nn::UNet3dOptions::cpu().to_json();
+  old.erase("deep_supervision");
+  CHECK_FALSE(nn::UNet3dOptions::from_json(old).deep_supervision());
+  CHECK(nn::UNet3dOptions::from_json(old) == nn::UNet3dOptions::cpu());
+  auto bad = o.to_json();
+  bad["deep_supervision"] = 1;
+  CHECK_THROWS_WITH_AS(nn::UNet3dOptions::from_json(bad), doctest::Contains("deep_supervision"), Error);
+}
+
+TEST_CASE("nn: UNet3dOptions::infer_from_shapes finds ds_heads in a state_dict, and refuses a partial set") {
+  auto shapes_of = [](nn::UNet3d& net) {
+    std::map<std::string, Shape> m;
+    for (const auto& [name, p] : net.named_parameters()) m[name] = p.shape();
+    for (const auto& [name, b] : net.named_buffers()) m[name] = b.shape();
+    return m;
+  };
+  const auto on_opts = nn::UNet3dOptions().channels({4, 8, 16}).bottleneck(32).deep_supervision(true);
+  nn::UNet3d on(on_opts);
+  auto shapes = shapes_of(on);
+  CHECK(nn::UNet3dOptions::infer_from_shapes(shapes, "x") == on_opts);
+  CHECK_NOTHROW(on_opts.check_matches_shapes(shapes, "x"));
+  CHECK_THROWS_WITH_AS(nn::UNet3dOptions(on_opts).deep_supervision(false).check_matches_shapes(shapes, "x"),
+                       doctest::Contains("x: the metadata describes"), Error);
+  nn::UNet3d off(nn::UNet3dOptions(on_opts).deep_supervision(false));
+  CHECK_FALSE(nn::UNet3dOptions::infer_from_shapes(shapes_of(off), "x").deep_supervision());
+  shapes.erase("ds_heads.1.weight");
+  CHECK_THROWS_WITH_AS(nn::UNet3dOptions::infer_from_shapes(shapes, "x"),
+                       doctest::Contains("x: the file has 1 deep-supervision heads"), Error);
+  shapes = shapes_of(on);
+  shapes["ds_heads.0.weight"] = Shape{3, 16, 3, 3, 3};
+  CHECK_THROWS_WITH_AS(nn::UNet3dOptions::infer_from_shapes(shapes, "x"), doctest::Contains("1x1x1 kernels"), Error);
 }
