@@ -75,19 +75,23 @@ void check_spacing(const Spacing& s, const std::string& where) {
                    << SpacingChoice::kMinMm << ", " << SpacingChoice::kMaxMm << "] mm");
 }
 
-Extent resampled_shape(const Extent& shape, const Spacing& spacing, const Spacing& target) {
-  check_spacing(spacing, "resampled_shape: the volume's");
-  check_spacing(target, "resampled_shape: the target");
+Extent resampled_shape(const Extent& shape, const Spacing& spacing, const Spacing& target, const std::string& where) {
+  check_spacing(spacing, where + ": the volume's");
+  check_spacing(target, where + ": the target");
+  HG_CHECK(shape[0] >= 1 && shape[1] >= 1 && shape[2] >= 1,
+           where << ": shape " << shape[0] << "x" << shape[1] << "x" << shape[2] << "; expected extents >= 1");
   Extent out{};
+  double voxels = 1;
   for (size_t d = 0; d < 3; ++d) {
-    HG_CHECK(shape[d] >= 1, "resampled_shape: shape " << shape[0] << "x" << shape[1] << "x" << shape[2]
-                                                      << "; expected extents >= 1");
     // np.round rounds half to even, as nearbyint in the default rounding mode.
-    const double e = std::nearbyint(static_cast<double>(shape[d]) * spacing[d] / target[d]);
-    HG_CHECK(e < 2147483648.0, "resampled_shape: " << shape[d] << " voxels of " << spacing[d] << " mm at " << target[d]
-                                                   << " mm would be " << e << " voxels; expected fewer than 2^31");
-    out[d] = std::max<int64_t>(1, static_cast<int64_t>(e));
+    const double e = std::max(1.0, std::nearbyint(static_cast<double>(shape[d]) * spacing[d] / target[d]));
+    voxels *= e;
+    out[d] = e < 9.0e15 ? static_cast<int64_t>(e) : 0;
   }
+  HG_CHECK(voxels <= static_cast<double>(kMaxResampledVoxels),
+           where << ": " << shape[0] << "x" << shape[1] << "x" << shape[2] << " voxels of " << spacing_str(spacing)
+                 << " resampled to " << spacing_str(target) << " would be " << voxels
+                 << " voxels; expected at most 2^30 (choose a coarser spacing)");
   return out;
 }
 

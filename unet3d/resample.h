@@ -68,10 +68,15 @@ std::string spacing_str(const Spacing& s);
 /// [SpacingChoice::kMinMm, kMaxMm] (a header's pixdim, a checkpoint's field).
 void check_spacing(const Spacing& s, const std::string& where);
 
+/// The most voxels resampled_shape allows one volume (4 GiB of float32): a fine --spacing on a
+/// large scan is refused before anything is allocated.
+constexpr int64_t kMaxResampledVoxels = int64_t{1} << 30;
+
 /// round(shape * spacing / target) per axis, at least 1 (see the top of this file). Throws
-/// halfgrad::Error when an extent is < 1, a spacing fails check_spacing, or the result passes
-/// 2^31 voxels per axis.
-Extent resampled_shape(const Extent& shape, const Spacing& spacing, const Spacing& target);
+/// halfgrad::Error starting "<where>: " when an extent is < 1, a spacing fails check_spacing, or the
+/// result has more than kMaxResampledVoxels voxels.
+Extent resampled_shape(const Extent& shape, const Spacing& spacing, const Spacing& target,
+                       const std::string& where = "resampled_shape");
 
 /// nnU-Net's target spacing of cases with these spacings and shapes (same length, at least one).
 /// Throws halfgrad::Error naming `where` for empty or unequal lists or a spacing check_spacing refuses.

@@ -74,12 +74,15 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
   std::vector<io::Sample> train_grid, val_grid;
   Shape shape = to_shape(r.volume_shape);
   const int64_t levels = static_cast<int64_t>(r.model.channels().size());
-  auto to_grid = [&](const std::vector<io::MsdCase>& cases, std::vector<io::Sample>& out) {
-    for (const io::MsdCase& c : cases) {
+  auto to_grid = [&](const std::vector<io::MsdPair>& pairs, const std::vector<io::MsdCase>& cases,
+                     std::vector<io::Sample>& out) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const io::MsdCase& c = cases[i];
       io::Sample s{io::zscore(c.image.data), c.label.data};
       if (data.spacing_mm) {
         const Shape& own = s.image.shape();
-        const Extent e = resampled_shape({own[0], own[1], own[2]}, c.image.spacing, *data.spacing_mm);
+        const Extent e = resampled_shape({own[0], own[1], own[2]}, c.image.spacing, *data.spacing_mm,
+                                         "halfgrad-unet3d: " + pairs[i].image);
         s = {resample_image(s.image, e), resample_label(s.label, ds.num_classes, e)};
       }
       out.push_back(s);
@@ -87,8 +90,8 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
       for (size_t k = 0; k < 3; ++k) shape[k] = std::max(shape[k], d[k]);
     }
   };
-  to_grid(train_cases, train_grid);
-  to_grid(val_cases, val_grid);
+  to_grid(split.train, train_cases, train_grid);
+  to_grid(split.val, val_cases, val_grid);
   // eval prints one JSON line on stdout: its notes go to stderr.
   std::ostream& note = all_for_eval ? std::cerr : std::cout;
   if (data.spacing_mm)

@@ -238,8 +238,7 @@ static Tensor member_logits(const Job& j, const PredictArgs& a, const Member& m,
 static Extent member_grid(const Job& j, const Member& m, const io::Volume& vol) {
   const Shape& s = vol.data.shape();
   if (!m.tm.spacing_mm) return {s[0], s[1], s[2]};
-  check_spacing(vol.spacing, "halfgrad-unet3d predict: " + j.input + ": the header's voxel size");
-  return resampled_shape({s[0], s[1], s[2]}, vol.spacing, *m.tm.spacing_mm);
+  return resampled_shape({s[0], s[1], s[2]}, vol.spacing, *m.tm.spacing_mm, "halfgrad-unet3d predict: " + j.input);
 }
 
 // `t` (C, D, H, W) float32 on the host, resampled to `e` on the run's device (unet3d/resample.h: the

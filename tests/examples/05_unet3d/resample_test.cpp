@@ -82,7 +82,10 @@ TEST_CASE("resample: resampled_shape is round(shape * spacing / target), ties to
   CHECK(resampled_shape({48, 64, 48}, {1, 1, 1}, {1, 1, 1}) == Extent{48, 64, 48});
   check_error([&] { resampled_shape({0, 1, 1}, {1, 1, 1}, {1, 1, 1}); }, {"resampled_shape", "expected extents >= 1"});
   check_error([&] { resampled_shape({4, 4, 4}, {1, 0, 1}, {1, 1, 1}); }, {"resampled_shape: the volume's", "spacing 1x0x1"});
-  check_error([&] { resampled_shape({1 << 30, 1, 1}, {1000, 1, 1}, {0.001, 1, 1}); }, {"expected fewer than 2^31"});
+  check_error([&] { resampled_shape({512, 512, 512}, {1, 1, 1}, {0.25, 0.25, 0.25}, "FILE"); },
+              {"FILE: 512x512x512 voxels of 1x1x1 mm resampled to 0.25x0.25x0.25 mm", "expected at most 2^30"});
+  check_error([&] { resampled_shape({1 << 30, 1, 1}, {1000, 1, 1}, {0.001, 1, 1}); }, {"resampled_shape", "at most 2^30"});
+  CHECK(resampled_shape({1024, 1024, 1024}, {1, 1, 1}, {1, 1, 1}) == Extent{1024, 1024, 1024});  // 2^30 exactly
 }
 
 TEST_CASE("resample: target_spacing is the median, with nnU-Net's 10th percentile on a coarse, thin axis") {
@@ -216,6 +219,11 @@ TEST_CASE("unet3d --spacing: train resamples the folder, records the grid; predi
   CHECK(!nn::read_checkpoint_metadata(run2 + "/model.safetensors").contains("spacing_mm"));
   check_error([&] { halfgrad::testing::toy_msd::run({"train", "--config", "tiny", "--out", dir.file("r3"), "--spacing", "1,1,1"}); },
               {"--spacing needs --data"});
+  // A spacing that would make a volume of over 2^30 voxels is refused before anything is allocated.
+  std::vector<std::string> fine = halfgrad::testing::toy_msd::tiny_train(data, dir.file("r4"));
+  fine.insert(fine.end(), {"--spacing", "0.01,0.01,0.01"});
+  check_error([&] { halfgrad::testing::toy_msd::run(fine); },
+              {"case_0.nii.gz: 8x16x16 voxels of 2x1x1 mm resampled to 0.01x0.01x0.01 mm", "expected at most 2^30"});
   check_error([&] { halfgrad::testing::toy_msd::run({"train", "--resume", run, "--spacing", "2,2,2"}); }, {"--spacing"});
 }
 
