@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "autograd/node.h"
@@ -66,7 +67,12 @@ std::string SpacingChoice::str() const {
   return exact(mm[0]) + "," + exact(mm[1]) + "," + exact(mm[2]);
 }
 
-std::string spacing_str(const Spacing& s) { return exact(s[0]) + "x" + exact(s[1]) + "x" + exact(s[2]) + " mm"; }
+std::string spacing_str(const Spacing& s) {
+  // Six significant digits: a float32 pixdim of 0.001 is 0.0010000000474974513 exactly.
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.6gx%.6gx%.6g mm", s[0], s[1], s[2]);
+  return buf;
+}
 
 void check_spacing(const Spacing& s, const std::string& where) {
   for (size_t d = 0; d < 3; ++d)
@@ -76,8 +82,8 @@ void check_spacing(const Spacing& s, const std::string& where) {
 }
 
 Extent resampled_shape(const Extent& shape, const Spacing& spacing, const Spacing& target, const std::string& where) {
-  check_spacing(spacing, where + ": the volume's");
-  check_spacing(target, where + ": the target");
+  check_spacing(spacing, where + " (its voxel size)");
+  check_spacing(target, where + " (the target)");
   HG_CHECK(shape[0] >= 1 && shape[1] >= 1 && shape[2] >= 1,
            where << ": shape " << shape[0] << "x" << shape[1] << "x" << shape[2] << "; expected extents >= 1");
   Extent out{};

@@ -126,9 +126,9 @@ static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
             try {
-              SpacingChoice::parse(s, "--spacing");
+              SpacingChoice::parse(s, "value");
             } catch (const halfgrad::Error& e) {
-              return e.what();
+              return e.what();  // CLI11 puts "--spacing: " before it
             }
             return "";
           },
@@ -281,7 +281,13 @@ void check_train_args(const TrainArgs& a) {
   HG_CHECK(!(a.device == "cpu" && a.memory_format == "ndhwc"),
            "halfgrad-unet3d train: --memory-format ndhwc asks for channels-last activations, but with --device cpu "
            "every op runs NCDHW (channels-last is a CUDA layout here); drop --memory-format, or use --device cuda");
-  const bool gpus_given = std::find(a.given.begin(), a.given.end(), "--gpus") != a.given.end();
+  const auto given = [&](const char* o) { return std::find(a.given.begin(), a.given.end(), o) != a.given.end(); };
+  HG_CHECK(!given("--spacing") || !a.data.empty(),
+           "halfgrad-unet3d train: --spacing needs --data (the default data is the 2 mm atlas of io/mricron.h)");
+  HG_CHECK(!a.deep_supervision || a.gpus == 1,
+           "halfgrad-unet3d train: --deep-supervision runs on one GPU (DistributedDataParallel's forward returns one "
+           "output); drop --gpus " << a.gpus << " or --deep-supervision");
+  const bool gpus_given = given("--gpus");
   HG_CHECK(!gpus_given || !a.resume.empty() || a.device == "cuda",  // a resumed run's device is its own
            "halfgrad-unet3d train: --gpus " << a.gpus << " runs one process per GPU (NCCL), but the device is --device "
                                             << a.device << "; add --device cuda, or drop --gpus");

@@ -5,10 +5,12 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "examples/05_unet3d/memory_estimate.h"
 #include "io/augment.h"
 #include "io/mricron.h"
 #include "io/msd.h"
 #include "io/preprocess.h"
+#include "unet3d/run_folder.h"
 
 namespace unet3d_app {
 
@@ -71,6 +73,25 @@ SegData load_msd_data(const std::string& dir, const Recipe& r, bool all_for_eval
   // spacing keeps its bits. Then, as the reference's prep, z-scored and zero-padded at the end to the
   // recipe's shape. A volume larger than that shape grows the shape (rounded up so that every level
   // halves evenly) instead of being cropped: cropping could cut the foreground away without a word.
+  // The resampled volumes must fit in host memory before any is made: a fine spacing multiplies the
+  // voxels (1x16x16 mm at 0.001 mm is 16000x16000 per slice).
+  if (data.spacing_mm) {
+    double voxels = 0;
+    for (const auto& [pairs, cases] : {std::pair{&split.train, &train_cases}, std::pair{&split.val, &val_cases}})
+      for (size_t i = 0; i < cases->size(); ++i) {
+        const Shape& own = (*cases)[i].image.data.shape();
+        const Extent e = resampled_shape({own[0], own[1], own[2]}, (*cases)[i].image.spacing, *data.spacing_mm,
+                                         "halfgrad-unet3d: " + (*pairs)[i].image);
+        voxels += static_cast<double>(e[0]) * static_cast<double>(e[1]) * static_cast<double>(e[2]);
+      }
+    const double need = voxels * 24.0;  // each resampled image (4 B) and label (8 B), and their padded copies
+    const MemoryAvailable host = available_memory("cpu");
+    HG_CHECK(need <= static_cast<double>(host.bytes),
+             "halfgrad-unet3d: " << dir << " resampled to " << spacing_str(*data.spacing_mm) << " would be " << voxels
+                                 << " voxels, about " << human_bytes(static_cast<uint64_t>(need))
+                                 << " of host memory, but " << human_bytes(host.bytes) << " is available ("
+                                 << host.source << "); choose a coarser train --spacing (eval uses the model's)");
+  }
   std::vector<io::Sample> train_grid, val_grid;
   Shape shape = to_shape(r.volume_shape);
   const int64_t levels = static_cast<int64_t>(r.model.channels().size());

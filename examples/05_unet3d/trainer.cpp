@@ -237,6 +237,11 @@ void Trainer::load_data() {
   std::cout << "data: " << data_.source << ": " << data_.train.size() << " training, " << data_.val.size()
             << " validation volumes, " << data_.num_classes << " classes (loaded in " << fmt(seconds_since(t_load), 1)
             << " s)" << std::endl;
+  if (r_.model.deep_supervision() && r_.model.channels().size() < 3)
+    std::cout << "note: --deep-supervision on a U-Net of " << r_.model.channels().size()
+              << " levels adds one output, at the lowest resolution, whose weight is 0 (nnU-Net's rule): the loss is "
+                 "the plain one; it needs 3 levels or more to change anything"
+              << std::endl;
   if (r_.augment != Augmentation::None)
     std::cout << "augment: " << augmentation_name(r_.augment)
               << ", nnU-Net v2's training transforms on each sample before its flips (io/augment.h)" << std::endl;

@@ -68,6 +68,7 @@ TEST_CASE("resample: SpacingChoice reads native, median and Z,Y,X, prints them b
   CHECK(SpacingChoice::parse(f.str(), "t").mm == f.mm);
   CHECK(SpacingChoice::median().str() == "median");
   CHECK(spacing_str({1, 0.5, 2}) == "1x0.5x2 mm");
+  CHECK(spacing_str({0.0010000000474974513, 1, 1}) == "0.001x1x1 mm");
   for (const char* bad : {"", "3,0.8", "3,0.8,0.8,", "3,0.8,0.8,1", "a,b,c", "3;0.8;0.8", " 3,1,1", "Median"})
     check_error([&] { SpacingChoice::parse(bad, "--spacing"); }, {"--spacing", "expected native, median or three spacings Z,Y,X"});
   for (const char* bad : {"0,1,1", "1,-1,1", "1,1,1e9", "nan,1,1", "inf,1,1", "1,1,0.0001"})
@@ -81,7 +82,7 @@ TEST_CASE("resample: resampled_shape is round(shape * spacing / target), ties to
   CHECK(resampled_shape({1, 1, 1}, {1, 1, 1}, {100, 100, 100}) == Extent{1, 1, 1});
   CHECK(resampled_shape({48, 64, 48}, {1, 1, 1}, {1, 1, 1}) == Extent{48, 64, 48});
   check_error([&] { resampled_shape({0, 1, 1}, {1, 1, 1}, {1, 1, 1}); }, {"resampled_shape", "expected extents >= 1"});
-  check_error([&] { resampled_shape({4, 4, 4}, {1, 0, 1}, {1, 1, 1}); }, {"resampled_shape: the volume's", "spacing 1x0x1"});
+  check_error([&] { resampled_shape({4, 4, 4}, {1, 0, 1}, {1, 1, 1}); }, {"resampled_shape (its voxel size)", "spacing 1x0x1"});
   check_error([&] { resampled_shape({512, 512, 512}, {1, 1, 1}, {0.25, 0.25, 0.25}, "FILE"); },
               {"FILE: 512x512x512 voxels of 1x1x1 mm resampled to 0.25x0.25x0.25 mm", "expected at most 2^30"});
   check_error([&] { resampled_shape({1 << 30, 1, 1}, {1000, 1, 1}, {0.001, 1, 1}); }, {"resampled_shape", "at most 2^30"});
@@ -219,6 +220,10 @@ TEST_CASE("unet3d --spacing: train resamples the folder, records the grid; predi
   CHECK(!nn::read_checkpoint_metadata(run2 + "/model.safetensors").contains("spacing_mm"));
   check_error([&] { halfgrad::testing::toy_msd::run({"train", "--config", "tiny", "--out", dir.file("r3"), "--spacing", "1,1,1"}); },
               {"--spacing needs --data"});
+  check_error([&] {
+    halfgrad::testing::toy_msd::run({"train", "--config", "tiny", "--data", data, "--out", dir.file("r5"),
+                                     "--deep-supervision", "--device", "cuda", "--gpus", "2"});
+  }, {"--deep-supervision runs on one GPU", "drop --gpus 2"});
   // A spacing that would make a volume of over 2^30 voxels is refused before anything is allocated.
   std::vector<std::string> fine = halfgrad::testing::toy_msd::tiny_train(data, dir.file("r4"));
   fine.insert(fine.end(), {"--spacing", "0.01,0.01,0.01"});
