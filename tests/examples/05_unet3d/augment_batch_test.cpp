@@ -14,6 +14,7 @@
 #include "examples/05_unet3d/resume.h"
 #include "io/preprocess.h"
 #include "tests/check_error.h"
+#include "tests/examples/05_unet3d/synthetic_seg_data.h"
 #include "unet3d/recipe.h"
 
 using namespace halfgrad;
@@ -22,22 +23,7 @@ using namespace unet3d_app;
 namespace {
 
 // Three 12x10x14 volumes with foreground blobs (labels 1 and 2).
-SegData synthetic_data() {
-  SegData d;
-  Generator g(7);
-  for (int v = 0; v < 3; ++v) {
-    SegVolume s;
-    s.name = "vol" + std::to_string(v);
-    s.image = Tensor::randn({12, 10, 14}, g);
-    std::vector<int64_t> lab(12 * 10 * 14, 0);
-    for (int64_t i = 0; i < static_cast<int64_t>(lab.size()); ++i)
-      if ((i / 140 + v) % 5 == 0 && i % 14 > 6) lab[i] = 1 + (i % 2);
-    s.label = Tensor::from_labels(lab, {12, 10, 14});
-    d.train.push_back(s);
-  }
-  d.num_classes = 3;
-  return d;
-}
+SegData synthetic_data() { return halfgrad::testing::synthetic_seg_data(); }
 
 // 8x8x8 patches, foreground two times out of three, flips along every axis; or whole volumes.
 Recipe recipe(int64_t batch, bool patches, Augmentation augment) {

@@ -12,6 +12,7 @@
 #include "examples/05_unet3d/distributed.h"
 #include "unet3d/recipe.h"
 #include "tests/check_error.h"
+#include "tests/examples/05_unet3d/synthetic_seg_data.h"
 
 using namespace halfgrad;
 using namespace unet3d_app;
@@ -20,22 +21,7 @@ namespace {
 
 // Three 12x10x14 volumes with a foreground blob each, and a recipe drawing 8x8x8 patches (foreground
 // two times out of three) flipped along all three axes: every kind of draw make_training_batch makes.
-SegData synthetic_data() {
-  SegData d;
-  Generator g(7);
-  for (int v = 0; v < 3; ++v) {
-    SegVolume s;
-    s.name = "vol" + std::to_string(v);
-    s.image = Tensor::randn({12, 10, 14}, g);
-    std::vector<int64_t> lab(12 * 10 * 14, 0);
-    for (int64_t i = 0; i < static_cast<int64_t>(lab.size()); ++i)
-      if ((i / 140 + v) % 5 == 0 && i % 14 > 6) lab[i] = 1 + (i % 2);
-    s.label = Tensor::from_labels(lab, {12, 10, 14});
-    d.train.push_back(s);
-  }
-  d.num_classes = 3;
-  return d;
-}
+SegData synthetic_data() { return halfgrad::testing::synthetic_seg_data(); }
 
 Recipe patch_recipe(int64_t batch) {
   Recipe r;
