@@ -30,6 +30,18 @@ namespace unet3d_app {
 /// transforms (io/augment.h: AugmentOptions' defaults; examples/05_unet3d/data.h: augment_options).
 enum class Augmentation { None, NnUnet };
 
+/// The optimizer (train --optimizer): AdamW (every recipe's), or SGD with Nesterov momentum, nnU-Net
+/// v2's (nnUNetTrainer.configure_optimizers: lr 1e-2, momentum 0.99, nesterov, weight decay 3e-5).
+enum class OptimizerKind { AdamW, Sgd };
+
+/// The learning-rate schedule after the warm-up (train --lr-schedule), as a function of the
+/// fractional epoch e in [0, epochs] (lr_at in examples/05_unet3d/trainer.cpp):
+///   constant  lr
+///   cosine    lr/20 + (lr - lr/20) (1 + cos(pi t)) / 2, t = (e - warmup) / (epochs - warmup)
+///   poly      lr (1 - t)^0.9: nnU-Net v2's PolyLRScheduler (exponent 0.9), which steps per epoch;
+///             ours per step, at the step's fractional epoch
+enum class LrSchedule { Constant, Cosine, Poly };
+
 struct Recipe {
   std::string name;
   halfgrad::nn::UNet3dOptions model;
@@ -42,7 +54,9 @@ struct Recipe {
   int64_t epochs = 100;
   int64_t default_data_epochs = 100;  // epochs when training on the embedded default (no --data)
   int64_t warmup_epochs = 0;   // linear warm-up from lr/10
-  bool cosine = false;         // cosine decay to lr/20 after warm-up
+  LrSchedule schedule = LrSchedule::Constant;  // after the warm-up
+  OptimizerKind optimizer = OptimizerKind::AdamW;
+  double momentum = 0.99;      // SGD's (Nesterov) momentum; unused by AdamW
   int64_t samples_per_epoch = 0;  // 0 = one pass over the training volumes
   int64_t val_every = 10;
   std::vector<int64_t> flip_axes{0, 1, 2};  // (z, y, x) axes flipped with probability 1/2 each
@@ -59,5 +73,23 @@ Recipe recipe_by_name(const std::string& name, const std::string& where = "halfg
 Augmentation augmentation_by_name(const std::string& name, const std::string& where);
 /// The word for `a`: "none" or "nnunet".
 const char* augmentation_name(Augmentation a);
+
+/// "adamw" or "sgd" (train --optimizer); throws halfgrad::Error "<where>: unknown optimizer 'x';
+/// expected adamw or sgd" otherwise.
+OptimizerKind optimizer_by_name(const std::string& name, const std::string& where);
+const char* optimizer_name(OptimizerKind o);
+/// "constant", "cosine" or "poly" (train --lr-schedule); throws halfgrad::Error "<where>: unknown
+/// schedule 'x'; expected constant, cosine or poly" otherwise.
+LrSchedule schedule_by_name(const std::string& name, const std::string& where);
+const char* schedule_name(LrSchedule s);
+/// The learning rate at fractional epoch e (step s of epoch k, counted from 1, is e = k - 1 + s /
+/// steps_per_epoch): a linear warm-up from lr/10 to lr over warmup_epochs, then r.schedule (LrSchedule
+/// above) over the remaining epochs; past r.epochs it stays at the schedule's end value.
+double lr_at(const Recipe& r, double e);
+
+/// `r` with nnU-Net v2's optimizer: SGD, Nesterov momentum 0.99, lr 1e-2, weight decay 3e-5, the
+/// poly schedule and no warm-up (what train --optimizer sgd starts from; --lr and --lr-schedule
+/// given on the command line still win).
+Recipe with_nnunet_sgd(Recipe r);
 
 }  // namespace unet3d_app

@@ -154,6 +154,16 @@ static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
                     "write model.safetensors and training_state.safetensors (and metrics.csv with them) every N "
                     "epochs and after the last (default 1)")
       ->transform(decimal_integer(1, kMaxEvery));
+  train->add_option("--optimizer", t.optimizer,
+                    "adamw (every recipe's: AdamW, the recipe's lr, weight decay and schedule) or sgd (nnU-Net v2's: "
+                    "SGD with Nesterov momentum 0.99, lr 1e-2, weight decay 3e-5, poly schedule, no warm-up; --lr and "
+                    "--lr-schedule still apply; the step runs eagerly, and O3 is refused)")
+      ->check(CLI::IsMember({"adamw", "sgd"}));
+  train->add_option("--lr-schedule", t.lr_schedule,
+                    "the learning rate after the warm-up: constant, cosine (to lr/20) or poly (lr (1 - t)^0.9 to 0, "
+                    "nnU-Net's); default: the recipe's (cpu, tiny: cosine; reference: constant; with --optimizer sgd: "
+                    "poly)")
+      ->check(CLI::IsMember({"constant", "cosine", "poly"}));
   train->add_option("--max-minutes", t.max_minutes, "stop after the epoch that passes this much training time")
       ->transform(finite_number(0, false));
   train->add_option("--workers", t.workers,

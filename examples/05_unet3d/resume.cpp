@@ -31,6 +31,8 @@ nlohmann::json train_args_to_json(const TrainArgs& a) {
           {"deep_supervision", a.deep_supervision},
           {"val_every", a.val_every},
           {"save_every", a.save_every},
+          {"optimizer", a.optimizer},
+          {"lr_schedule", a.lr_schedule},
           {"grad_stats", a.grad_stats},
           {"grad_stats_every", a.grad_stats_every},
           {"precision_report", a.precision_report},
@@ -76,6 +78,11 @@ TrainArgs train_args_from_json(const Field& j) {
   a.detect_anomaly = j["detect_anomaly"].as_bool();
   return a;
 }
+  // Runs saved before --optimizer and --lr-schedule trained with the recipe's (AdamW, its schedule).
+  a.optimizer = j.has("optimizer") ? j["optimizer"].as_string() : "";
+  if (!a.optimizer.empty()) optimizer_by_name(a.optimizer, j.where() + ": field 'optimizer'");
+  a.lr_schedule = j.has("lr_schedule") ? j["lr_schedule"].as_string() : "";
+  if (!a.lr_schedule.empty()) schedule_by_name(a.lr_schedule, j.where() + ": field 'lr_schedule'");
 
 const std::vector<std::string>& resume_allowed_options() {
   static const std::vector<std::string> allowed = {"--resume",           "--epochs",       "--save-every",

@@ -34,6 +34,8 @@ struct TrainArgs {
   int64_t val_every = -1;
   int64_t save_every = 1;  // --save-every N: write the checkpoint every N epochs (and after the last)
   double max_minutes = 0;  // stop after this much training time (0 = no limit)
+  std::string optimizer;    // --optimizer adamw|sgd: sgd is nnU-Net's (unet3d/recipe.h with_nnunet_sgd); empty = the recipe's (adamw)
+  std::string lr_schedule;  // --lr-schedule constant|cosine|poly (unet3d/recipe.h LrSchedule); empty = the recipe's
   bool progress = true;
   bool memory_check = true;  // refuse to start when memory_estimate.h's estimate exceeds the free memory
   int64_t workers = -1;      // --workers N: batch-building threads (loader.h); -1 = default_workers(device)

@@ -44,16 +44,6 @@ std::string fmt(double v, int prec = 4) {
   return os.str();
 }
 
-// Learning rate at fractional epoch e: linear warm-up from lr/10, then cosine decay to lr/20.
-double lr_at(const Recipe& r, double e) {
-  if (e < r.warmup_epochs) return r.lr * (0.1 + 0.9 * e / r.warmup_epochs);
-  if (!r.cosine) return r.lr;
-  const double span = std::max<double>(1.0, static_cast<double>(r.epochs - r.warmup_epochs));
-  const double t = std::min(1.0, (e - r.warmup_epochs) / span);
-  const double lo = r.lr / 20;
-  return lo + 0.5 * (r.lr - lo) * (1 + std::cos(M_PI * t));
-}
-
 // --workers: on CUDA two threads keep the GPU fed; on the CPU a worker competes with the compute threads
 // for the same cores (bench/NOTES.md, "Issue 9: loader"), so batches are built in the training thread.
 int default_workers(Device device) { return device == Device::CUDA ? 2 : 0; }
@@ -70,6 +60,8 @@ TrainArgs run_args(const TrainArgs& cli_args, const nlohmann::json& saved_meta) 
 // The recipe of --config with the command line's overrides.
 Recipe run_recipe(const TrainArgs& a) {
   Recipe r = recipe_by_name(a.config);
+  if (a.optimizer == "sgd") r = with_nnunet_sgd(r);
+  if (!a.lr_schedule.empty()) r.schedule = schedule_by_name(a.lr_schedule, "halfgrad-unet3d train: --lr-schedule");
   if (a.data.empty()) r.epochs = r.default_data_epochs;
   if (a.epochs > 0) r.epochs = a.epochs;
   if (a.batch > 0) r.batch = a.batch;
@@ -306,9 +298,7 @@ void Trainer::build_model() {
             << (ctx_.distributed() ? " (" + std::to_string(slice_.size()) + " on each of " +
                                          std::to_string(ctx_.world_size) + " GPUs, DistributedDataParallel over NCCL)"
                                    : std::string())
-            << ", AdamW lr " << r_.lr
-            << (plan_.level == amp::OptLevel::O3 ? ", eps " + std::to_string(adamw_.eps()) : std::string()) << ", "
-            << r_.epochs << " epochs, " << ops::num_threads() << " CPU threads" << std::endl;
+            << ", " << describe_optimizer() << ", " << r_.epochs << " epochs, " << ops::num_threads() << " CPU threads" << std::endl;
   for (const std::string& name : a_.fp32_ops) std::cout << "autocast: op " << name << " runs in FP32" << std::endl;
   for (const std::string& prefix : a_.fp32_modules)
     std::cout << "autocast: modules '" << prefix << "*' run in FP32" << std::endl;
@@ -317,15 +307,27 @@ void Trainer::build_model() {
 // --cuda-graph: on with --device cuda unless something in the step needs the host (graph_step.h).
 void Trainer::decide_graph() {
   if (where_.device != Device::CUDA || !a_.cuda_graph) return;
-  const std::string off = graph_off_reason(a_, ctx_);
+  std::string off = graph_off_reason(a_, ctx_);
+  if (off.empty() && r_.optimizer == OptimizerKind::Sgd)
+    off = "--optimizer sgd: SGD's learning rate is a number in its kernel's arguments (optim/sgd_cuda.h), so a "
+          "captured step would replay one lr";
   use_graph_ = off.empty();
   if (!use_graph_) std::cout << "cuda graph: off: " << off << "; eager steps" << std::endl;
 }
 
 void Trainer::build_optimizer() {
-  adamw_.capturable(use_graph_);  // lr and step counts on the device
   scaler_options_.capturable(use_graph_);
-  opt_ = std::make_unique<optim::AdamW>(model_->parameters(), adamw_);
+  if (r_.optimizer == OptimizerKind::Sgd) {
+    opt_ = std::make_unique<optim::SGD>(model_->parameters(), optim::SGDOptions(r_.lr)
+                                                                   .momentum(r_.momentum)
+                                                                   .nesterov(true)
+                                                                   .weight_decay(r_.weight_decay));
+  } else {
+    adamw_.capturable(use_graph_);  // lr and step counts on the device
+    auto adamw = std::make_unique<optim::AdamW>(model_->parameters(), adamw_);
+    adamw_opt_ = adamw.get();
+    opt_ = std::move(adamw);
+  }
   scaler_ = std::make_unique<amp::GradScaler>(scaler_options_);
   const int64_t per_epoch = r_.samples_per_epoch > 0 ? r_.samples_per_epoch : static_cast<int64_t>(data_.train.size());
   steps_per_epoch_ = std::max<int64_t>(1, per_epoch / r_.batch);
@@ -341,6 +343,9 @@ void Trainer::open_instruments() {
     for (const std::string& note : resuming_ ? remove_stale_temps(a_.out) : prepare_run_folder(a_.out, a_.overwrite))
       std::cout << "note: " << note << std::endl;
   // metrics.csv is rewritten (atomically) right after each checkpoint, with the rows up to the
+  HG_CHECK(r_.optimizer != OptimizerKind::Sgd || plan_.level != amp::OptLevel::O3,
+           "halfgrad-unet3d train --optimizer sgd: --opt-level O3 keeps no FP32 master weights, which SGD "
+           "always uses (optim/sgd.h); expected O0, O1 (--amp) or O2, or --optimizer adamw");
   // checkpoint's epoch, which training_state.safetensors holds too. A process killed between the
   // renames leaves metrics.csv one save behind; --resume rewrites it from the training state's rows.
   csv_path_ = a_.out + "/metrics.csv";
@@ -371,6 +376,21 @@ void Trainer::restore_run() {
     elapsed_before_ = metrics_->restore_untimed_rows(m["metrics"]["rows"].as_string_list(), read_metrics_csv(csv_path_));
   }
   best_ = m["best_dice"].as_number();
+// "AdamW lr 0.001, weight decay 0.01, cosine" / "SGD lr 0.01, Nesterov momentum 0.99, weight decay 3e-05, poly".
+std::string Trainer::describe_optimizer() const {
+  std::ostringstream os;
+  os << (r_.optimizer == OptimizerKind::Sgd ? "SGD" : "AdamW") << " lr " << r_.lr;
+  if (r_.optimizer == OptimizerKind::Sgd) os << ", Nesterov momentum " << r_.momentum;
+  os << ", weight decay " << r_.weight_decay;
+  if (r_.optimizer == OptimizerKind::AdamW && plan_.level == amp::OptLevel::O3) os << ", eps " << adamw_.eps();
+  os << ", " << (r_.warmup_epochs > 0 ? std::to_string(r_.warmup_epochs) + "-epoch warm-up, " : std::string())
+     << schedule_name(r_.schedule) << " schedule";
+  return os.str();
+}
+
+// AdamW (capturable under a CUDA graph) or nnU-Net's SGD. The precision plan set adamw_'s master
+// weights; SGD always updates FP16 / BF16 parameters through FP32 master weights (optim/sgd.h), so the
+// pure-FP16 level O3, which has none, is AdamW's only (build_model refuses it).
   best_epoch_ = m["best_epoch"].as_int();
   last_ = m["last_dice"].as_number();
   last_epoch_ = m["last_epoch"].as_int();
@@ -414,7 +434,7 @@ void Trainer::build_graph_step() {
     if (const auto* bn = dynamic_cast<const nn::BatchNorm3d*>(m.get()); bn != nullptr && bn->num_batches_tracked.defined())
       bn_counters_.push_back(bn->num_batches_tracked);
   graph_step_ = std::make_unique<GraphStep>([this](const Tensor& xs, const Tensor& ys) { return step(xs, ys).loss; },
-                                            [this] { opt_->stage_lr(); }, kGraphWarmupSteps);
+                                            [this] { adamw_opt_->stage_lr(); }, kGraphWarmupSteps);
   std::cout << "cuda graph: the training step is captured after " << kGraphWarmupSteps
             << " eager steps and replayed (--no-cuda-graph for eager steps)" << std::endl;
 }

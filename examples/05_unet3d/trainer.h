@@ -43,6 +43,7 @@
 #include "optim/adamw.h"
 #include "unet3d/recipe.h"
 #include "unet3d/run_folder.h"
+#include "optim/sgd.h"
 #include "unet3d/trained_model.h"
 
 namespace unet3d_app {
@@ -105,6 +106,7 @@ class Trainer {
   void open_instruments();
   void restore_run();
   void start_ddp_and_loader();
+  std::string describe_optimizer() const;
   void build_graph_step();
   // The epoch loop.
   void eager_step(Epoch& e, int64_t step, double lr);
@@ -142,7 +144,8 @@ class Trainer {
   halfgrad::amp::GradScalerOptions scaler_options_;
   halfgrad::amp::OptLevelSetup mp_;
   bool use_graph_ = false;
-  std::unique_ptr<halfgrad::optim::AdamW> opt_;
+  std::unique_ptr<halfgrad::optim::Optimizer> opt_;  // AdamW or SGD (build_optimizer)
+  halfgrad::optim::AdamW* adamw_opt_ = nullptr;      // opt_ when it is AdamW: the graph step stages its lr
   std::unique_ptr<halfgrad::amp::GradScaler> scaler_;
   int64_t steps_per_epoch_ = 1;
   std::optional<halfgrad::amp::GradStatsCsvWriter> grad_stats_;
