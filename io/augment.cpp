@@ -7,6 +7,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/philox.h"
+#include "io/augment_math.h"
+#ifdef HALFGRAD_CUDA
+#include "io/augment_cuda.h"
+#endif
 
 namespace halfgrad::io {
 namespace {
@@ -60,39 +65,10 @@ double two_sided(const Range& r, Generator& gen) {
   return uniform_in({std::max(r.lo, 1.0), r.hi}, gen);
 }
 
-// ---- interpolation: the volume read as if zero-padded (map_coordinates mode 'grid-constant') --------
+// ---- interpolation: augment_math.h's read_linear and read_nearest (shared with the CUDA kernels) ------
 
-float read_linear(const float* v, const Shape& in, double z, double y, double x) {
-  if (!(z > -1.0 && z < in[0] && y > -1.0 && y < in[1] && x > -1.0 && x < in[2])) return 0.0f;
-  const double fz = std::floor(z), fy = std::floor(y), fx = std::floor(x);
-  const double t[3] = {z - fz, y - fy, x - fx};
-  const int64_t c0[3] = {static_cast<int64_t>(fz), static_cast<int64_t>(fy), static_cast<int64_t>(fx)};
-  double acc = 0.0;
-  for (int64_t dz = 0; dz < 2; ++dz) {
-    const int64_t iz = c0[0] + dz;
-    if (iz < 0 || iz >= in[0]) continue;
-    const double wz = dz ? t[0] : 1.0 - t[0];
-    for (int64_t dy = 0; dy < 2; ++dy) {
-      const int64_t iy = c0[1] + dy;
-      if (iy < 0 || iy >= in[1]) continue;
-      const double wy = dy ? t[1] : 1.0 - t[1];
-      for (int64_t dx = 0; dx < 2; ++dx) {
-        const int64_t ix = c0[2] + dx;
-        if (ix < 0 || ix >= in[2]) continue;
-        acc += wz * wy * (dx ? t[2] : 1.0 - t[2]) * v[(iz * in[1] + iy) * in[2] + ix];
-      }
-    }
-  }
-  return static_cast<float>(acc);
-}
-
-// Nearest voxel, p rounded half up (floor(p + 0.5), as scipy's order 0); 0 = background outside.
-int64_t read_nearest(const int64_t* v, const Shape& in, double z, double y, double x) {
-  const double r[3] = {std::floor(z + 0.5), std::floor(y + 0.5), std::floor(x + 0.5)};
-  for (int d = 0; d < 3; ++d)
-    if (!(r[d] >= 0.0 && r[d] < in[d])) return 0;
-  return v[(static_cast<int64_t>(r[0]) * in[1] + static_cast<int64_t>(r[1])) * in[2] + static_cast<int64_t>(r[2])];
-}
+using augment_math::Extent3;
+Extent3 extent_of(const Shape& s) { return Extent3{{s[0], s[1], s[2]}}; }
 
 // The 3x3 matrix M of rotate_coords_3d: M = Rx(a0) Ry(a1) Rz(a2), applied as c' = c M (c a row).
 std::array<std::array<double, 3>, 3> rotation_matrix(const std::array<double, 3>& a) {
@@ -226,6 +202,39 @@ void AugmentOptions::check(const char* op) const {
   check_range(gamma, op, "gamma", 0.0, true);
 }
 
+namespace {
+
+// The SpatialMap of `params` for a patch of extent `size` at `start` (augment.h: spatial_transform).
+augment_math::SpatialMap spatial_map(const std::array<int64_t, 3>& start, const Shape& size, const SpatialParams& params) {
+  augment_math::SpatialMap map{};
+  const auto m = rotation_matrix(params.angles);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) map.m[i][j] = m[i][j];
+  map.scale = params.scale;
+  for (int d = 0; d < 3; ++d) {  // the patch's centre in the patch, and in the volume
+    map.half[d] = (static_cast<double>(size[d]) - 1.0) / 2.0;
+    map.centre[d] = static_cast<double>(start[d]) + map.half[d];
+  }
+  return map;
+}
+
+// The volume's device, the same for image and label.
+Device device_of(const Sample& s, const char* op) {
+  HG_CHECK(s.image.device() == s.label.device(), op << ": image and label are on different devices; expected one");
+  return s.image.device();
+}
+
+#ifdef HALFGRAD_CUDA
+constexpr bool kCudaBuild = true;
+#else
+constexpr bool kCudaBuild = false;
+#endif
+
+// CUDA volumes go to the kernels (augment_cuda.h); in a build without CUDA none can exist.
+bool on_cuda(const Tensor& t) { return kCudaBuild && t.is_cuda(); }
+
+}  // namespace
+
 Sample spatial_transform(const Sample& volume, const std::array<int64_t, 3>& start, const Shape& size,
                          const SpatialParams& params) {
   const char* op = "spatial_transform";
@@ -233,23 +242,22 @@ Sample spatial_transform(const Sample& volume, const std::array<int64_t, 3>& sta
   check_extent(size, op);
   check_positive(params.scale, op, "scale");
   for (double a : params.angles) HG_CHECK(std::isfinite(a), op << ": angle " << a << "; expected a finite number (radians)");
+  const Device device = device_of(volume, op);
   const bool elastic = params.displacement[0].defined() || params.displacement[1].defined() || params.displacement[2].defined();
   const float* disp[3] = {nullptr, nullptr, nullptr};
   for (int a = 0; a < 3 && elastic; ++a) {
     const Tensor& d = params.displacement[a];
-    HG_CHECK(d.defined() && d.dtype() == kFloat32 && d.shape() == size,
+    HG_CHECK(d.defined() && d.dtype() == kFloat32 && d.shape() == size && d.device() == device,
              op << ": displacement " << a << " is "
                 << (d.defined() ? shape_str(d.shape()) + " " + dtype_name(d.dtype()) : std::string("undefined"))
-                << "; expected all three float32 of the patch's shape " << shape_str(size));
+                << "; expected all three float32 of the patch's shape " << shape_str(size) << " on the volume's device");
     disp[a] = d.data<float>();
   }
-  const auto m = rotation_matrix(params.angles);
-  const Shape& in = volume.image.shape();
-  double centre[3], half[3];  // the patch's centre in the volume, and in the patch
-  for (int d = 0; d < 3; ++d) {
-    half[d] = (static_cast<double>(size[d]) - 1.0) / 2.0;
-    centre[d] = static_cast<double>(start[d]) + half[d];
-  }
+  const augment_math::SpatialMap map = spatial_map(start, size, params);
+#ifdef HALFGRAD_CUDA
+  if (on_cuda(volume.image)) return cuda::augment_spatial(volume, start, size, &map, elastic ? &params.displacement : nullptr);
+#endif
+  const Extent3 in = extent_of(volume.image.shape());
   Sample out{Tensor::empty(size, kFloat32), Tensor::empty(size, kInt64)};
   const float* img = volume.image.data<float>();
   const int64_t* lab = volume.label.data<int64_t>();
@@ -259,13 +267,12 @@ Sample spatial_transform(const Sample& volume, const std::array<int64_t, 3>& sta
   for (int64_t z = 0; z < size[0]; ++z)
     for (int64_t y = 0; y < size[1]; ++y)
       for (int64_t x = 0; x < size[2]; ++x, ++i) {
-        double c[3] = {z - half[0], y - half[1], x - half[2]};
-        if (elastic)
-          for (int d = 0; d < 3; ++d) c[d] += disp[d][i];
+        const double d[3] = {elastic ? static_cast<double>(disp[0][i]) : 0.0, elastic ? static_cast<double>(disp[1][i]) : 0.0,
+                             elastic ? static_cast<double>(disp[2][i]) : 0.0};
         double p[3];
-        for (int n = 0; n < 3; ++n) p[n] = (c[0] * m[0][n] + c[1] * m[1][n] + c[2] * m[2][n]) * params.scale + centre[n];
-        out_img[i] = read_linear(img, in, p[0], p[1], p[2]);
-        out_lab[i] = read_nearest(lab, in, p[0], p[1], p[2]);
+        augment_math::spatial_source(map, z, y, x, d, p);
+        out_img[i] = augment_math::read_linear(img, in, p[0], p[1], p[2]);
+        out_lab[i] = augment_math::read_nearest(lab, in, p[0], p[1], p[2]);
       }
   return out;
 }
@@ -274,6 +281,9 @@ Tensor elastic_displacement(const Tensor& noise, double alpha, double sigma) {
   check_image(noise, "elastic_displacement");
   check_positive(sigma, "elastic_displacement", "sigma");
   HG_CHECK(std::isfinite(alpha), "elastic_displacement: alpha " << alpha << "; expected a finite number");
+#ifdef HALFGRAD_CUDA
+  if (on_cuda(noise)) return cuda::augment_scale(cuda::augment_gaussian_filter(noise, gaussian_kernel(sigma), true), alpha);
+#endif
   Tensor out = noise.clone();
   gaussian_filter(out, sigma, Border::Zero);
   float* d = out.data<float>();
@@ -283,6 +293,7 @@ Tensor elastic_displacement(const Tensor& noise, double alpha, double sigma) {
 
 Tensor gaussian_noise(const Tensor& image, double std, Generator& gen) {
   check_image(image, "gaussian_noise");
+  HG_CHECK(!image.is_cuda(), "gaussian_noise: image is a CUDA tensor; expected a CPU one (gaussian_noise_philox runs on either)");
   HG_CHECK(std::isfinite(std) && std >= 0, "gaussian_noise: std " << std << "; expected a finite number >= 0");
   return map_voxels(image, [&](double v) { return v + std * gen.normal(); });
 }
@@ -290,6 +301,9 @@ Tensor gaussian_noise(const Tensor& image, double std, Generator& gen) {
 Tensor gaussian_blur(const Tensor& image, double sigma) {
   check_image(image, "gaussian_blur");
   check_positive(sigma, "gaussian_blur", "sigma");
+#ifdef HALFGRAD_CUDA
+  if (on_cuda(image)) return cuda::augment_gaussian_filter(image, gaussian_kernel(sigma), false);
+#endif
   Tensor out = image.clone();
   gaussian_filter(out, sigma, Border::Reflect);
   return out;
@@ -298,12 +312,18 @@ Tensor gaussian_blur(const Tensor& image, double sigma) {
 Tensor multiply_brightness(const Tensor& image, double factor) {
   check_image(image, "multiply_brightness");
   HG_CHECK(std::isfinite(factor), "multiply_brightness: factor " << factor << "; expected a finite number");
+#ifdef HALFGRAD_CUDA
+  if (on_cuda(image)) return cuda::augment_scale(image, factor);
+#endif
   return map_voxels(image, [&](double v) { return v * factor; });
 }
 
 Tensor adjust_contrast(const Tensor& image, double factor, bool preserve_range) {
   check_image(image, "adjust_contrast");
   HG_CHECK(std::isfinite(factor), "adjust_contrast: factor " << factor << "; expected a finite number");
+#ifdef HALFGRAD_CUDA
+  if (on_cuda(image)) return cuda::augment_contrast(image, factor, preserve_range);
+#endif
   const Stats st = stats_of(image.data<float>(), image.numel());
   return map_voxels(image, [&](double v) {
     const double r = (v - st.mean) * factor + st.mean;
@@ -317,39 +337,28 @@ Tensor simulate_low_resolution(const Tensor& image, double zoom) {
   const Shape& in = image.shape();
   Shape low(3);
   for (int d = 0; d < 3; ++d) low[d] = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(in[d] * zoom)));
-  // skimage.transform.resize's map from output voxel o (of `to` voxels) to input (of `from`).
-  auto source = [](int64_t o, int64_t from, int64_t to) {
-    return (static_cast<double>(o) + 0.5) * (static_cast<double>(from) / static_cast<double>(to)) - 0.5;
-  };
-  // Down by nearest neighbour: the index each low voxel copies, per axis.
+#ifdef HALFGRAD_CUDA
+  if (on_cuda(image)) return cuda::augment_low_resolution(image, low);
+#endif
+  // Down by nearest neighbour, up by linear interpolation (augment_math.h: low_res_pick, low_res_tap).
   std::array<std::vector<int64_t>, 3> pick;
-  for (int d = 0; d < 3; ++d)
-    for (int64_t o = 0; o < low[d]; ++o)
-      pick[d].push_back(std::clamp(static_cast<int64_t>(std::floor(source(o, in[d], low[d]) + 0.5)), int64_t{0}, in[d] - 1));
+  std::array<std::vector<augment_math::Tap>, 3> taps;
+  for (int d = 0; d < 3; ++d) {
+    for (int64_t o = 0; o < low[d]; ++o) pick[d].push_back(augment_math::low_res_pick(o, in[d], low[d]));
+    for (int64_t o = 0; o < in[d]; ++o) taps[d].push_back(augment_math::low_res_tap(o, low[d], in[d]));
+  }
   std::vector<float> small(static_cast<size_t>(shape_numel(low)));
   const float* x = image.data<float>();
   for (int64_t z = 0, i = 0; z < low[0]; ++z)
     for (int64_t y = 0; y < low[1]; ++y)
       for (int64_t w = 0; w < low[2]; ++w, ++i) small[i] = x[(pick[0][z] * in[1] + pick[1][y]) * in[2] + pick[2][w]];
-  // Up by linear interpolation, coordinates clamped to the edge (mode 'nearest').
-  struct Tap {
-    int64_t i0, i1;
-    double t;
-  };
-  std::array<std::vector<Tap>, 3> taps;
-  for (int d = 0; d < 3; ++d)
-    for (int64_t o = 0; o < in[d]; ++o) {
-      const double c = std::clamp(source(o, low[d], in[d]), 0.0, static_cast<double>(low[d] - 1));
-      const int64_t i0 = static_cast<int64_t>(std::floor(c));
-      taps[d].push_back({i0, std::min(i0 + 1, low[d] - 1), c - static_cast<double>(i0)});
-    }
   Tensor out = Tensor::empty(in, kFloat32);
   float* y_out = out.data<float>();
   auto at = [&](int64_t z, int64_t y, int64_t w) { return static_cast<double>(small[(z * low[1] + y) * low[2] + w]); };
   for (int64_t z = 0, i = 0; z < in[0]; ++z)
     for (int64_t y = 0; y < in[1]; ++y)
       for (int64_t w = 0; w < in[2]; ++w, ++i) {
-        const Tap &a = taps[0][z], &b = taps[1][y], &c = taps[2][w];
+        const augment_math::Tap &a = taps[0][z], &b = taps[1][y], &c = taps[2][w];
         double acc = 0.0;
         for (int dz = 0; dz < 2; ++dz)
           for (int dy = 0; dy < 2; ++dy)
@@ -364,6 +373,9 @@ Tensor simulate_low_resolution(const Tensor& image, double zoom) {
 Tensor adjust_gamma(const Tensor& image, double gamma, bool invert, bool retain_stats) {
   check_image(image, "adjust_gamma");
   check_positive(gamma, "adjust_gamma", "gamma");
+#ifdef HALFGRAD_CUDA
+  if (on_cuda(image)) return cuda::augment_gamma(image, gamma, invert, retain_stats);
+#endif
   const int64_t n = image.numel();
   const double sign = invert ? -1.0 : 1.0;
   std::vector<double> v(static_cast<size_t>(n));
@@ -378,7 +390,7 @@ Tensor adjust_gamma(const Tensor& image, double gamma, bool invert, bool retain_
   };
   const std::array<double, 2> before = mean_std(v);
   const double lo = *std::min_element(v.begin(), v.end()), range = *std::max_element(v.begin(), v.end()) - lo;
-  for (double& e : v) e = std::pow((e - lo) / (range + 1e-7), gamma) * range + lo;
+  for (double& e : v) e = augment_math::gamma_map(e, lo, range, gamma);
   if (retain_stats) {
     const std::array<double, 2> after = mean_std(v);
     for (double& e : v) e = (e - after[0]) / (after[1] + 1e-8) * before[1] + before[0];
@@ -430,6 +442,134 @@ Sample augment_patch(const Sample& volume, const std::array<int64_t, 3>& start, 
   if (draw(options.gamma_inverted_p, gen)) x = adjust_gamma(x, two_sided(options.gamma, gen), true, options.gamma_retain_stats);
   if (draw(options.gamma_p, gen)) x = adjust_gamma(x, two_sided(options.gamma, gen), false, options.gamma_retain_stats);
   return out;
+}
+
+
+// ---- the plan (augment.h: draw_augment_plan, apply_augment_plan) -------------------------------------
+
+AugmentPlan draw_augment_plan(const AugmentOptions& options, Generator& gen) {
+  options.check("draw_augment_plan");
+  AugmentPlan plan;
+  plan.key = gen.engine()();
+  plan.contrast_preserve_range = options.contrast_preserve_range;
+  plan.gamma_retain_stats = options.gamma_retain_stats;
+  if (draw(options.elastic_p, gen)) {
+    const double alpha = uniform_in(options.elastic_alpha, gen);
+    plan.elastic = AugmentPlan::Elastic{alpha, uniform_in(options.elastic_sigma, gen)};
+    plan.spatial = true;
+  }
+  if (draw(options.rotation_p, gen)) {
+    for (double& a : plan.angles)
+      if (draw(options.rotation_p_per_axis, gen)) a = uniform_in(options.rotation_angle, gen);
+    plan.spatial = true;
+  }
+  if (draw(options.scale_p, gen)) {
+    plan.scale = two_sided(options.scale, gen);
+    plan.spatial = true;
+  }
+  if (draw(options.noise_p, gen)) plan.noise_std = uniform_in(options.noise_variance, gen);
+  if (draw(options.blur_p, gen) && draw(options.blur_p_per_channel, gen)) plan.blur_sigma = uniform_in(options.blur_sigma, gen);
+  if (draw(options.brightness_p, gen)) plan.brightness = uniform_in(options.brightness, gen);
+  if (draw(options.contrast_p, gen)) plan.contrast = two_sided(options.contrast, gen);
+  if (draw(options.low_res_p, gen) && draw(options.low_res_p_per_channel, gen))
+    plan.low_res_zoom = uniform_in(options.low_res_zoom, gen);
+  if (draw(options.gamma_inverted_p, gen)) plan.gamma_inverted = two_sided(options.gamma, gen);
+  if (draw(options.gamma_p, gen)) plan.gamma = two_sided(options.gamma, gen);
+  return plan;
+}
+
+Tensor philox_uniform_noise(const Shape& size, uint64_t key, uint32_t stream, Device device) {
+  check_extent(size, "philox_uniform_noise");
+#ifdef HALFGRAD_CUDA
+  if (device == Device::CUDA) return cuda::augment_uniform_noise(size, key, stream);
+#endif
+  HG_CHECK(device == Device::CPU, "philox_uniform_noise: CUDA needs a build with HALFGRAD_CUDA");
+  Tensor out = Tensor::empty(size, kFloat32);
+  float* u = out.data<float>();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) {
+    const philox::Words4 w = philox::draw(key, stream, static_cast<uint64_t>(i));
+    u[i] = static_cast<float>(philox::uniform_signed(w.v[0], w.v[1]));
+  }
+  return out;
+}
+
+Tensor gaussian_noise_philox(const Tensor& image, double std, uint64_t key) {
+  check_image(image, "gaussian_noise_philox");
+  HG_CHECK(std::isfinite(std) && std >= 0, "gaussian_noise_philox: std " << std << "; expected a finite number >= 0");
+#ifdef HALFGRAD_CUDA
+  if (on_cuda(image)) return cuda::augment_gaussian_noise(image, std, key);
+#endif
+  Tensor out = Tensor::empty(image.shape(), kFloat32);
+  const float* x = image.data<float>();
+  float* y = out.data<float>();
+  for (int64_t i = 0, n = image.numel(); i < n; ++i)
+    y[i] = static_cast<float>(static_cast<double>(x[i]) + std * philox::normal(philox::draw(key, 0, static_cast<uint64_t>(i))));
+  return out;
+}
+
+Sample apply_augment_plan(const Sample& volume, const std::array<int64_t, 3>& start, const Shape& size,
+                          const AugmentPlan& plan) {
+  const char* op = "apply_augment_plan";
+  check_sample(volume, op);
+  check_extent(size, op);
+  const Device device = device_of(volume, op);
+  Sample out;
+  if (plan.spatial) {
+    SpatialParams sp;
+    sp.angles = plan.angles;
+    sp.scale = plan.scale;
+    if (plan.elastic)
+      for (int a = 0; a < 3; ++a)
+        sp.displacement[a] = elastic_displacement(philox_uniform_noise(size, plan.key, static_cast<uint32_t>(1 + a), device),
+                                                  plan.elastic->alpha, plan.elastic->sigma);
+    out = spatial_transform(volume, start, size, sp);
+  } else if (on_cuda(volume.image)) {
+#ifdef HALFGRAD_CUDA
+    out = cuda::augment_spatial(volume, start, size, nullptr, nullptr);  // extract_region's bits
+#endif
+  } else {
+    out = Sample{extract_region(volume.image, start, size), extract_region(volume.label, start, size)};
+  }
+  // The intensity transforms, in augment_patch's order.
+  Tensor& x = out.image;
+  if (plan.noise_std) x = gaussian_noise_philox(x, *plan.noise_std, plan.key);
+  if (plan.blur_sigma) x = gaussian_blur(x, *plan.blur_sigma);
+  if (plan.brightness) x = multiply_brightness(x, *plan.brightness);
+  if (plan.contrast) x = adjust_contrast(x, *plan.contrast, plan.contrast_preserve_range);
+  if (plan.low_res_zoom) x = simulate_low_resolution(x, *plan.low_res_zoom);
+  if (plan.gamma_inverted) x = adjust_gamma(x, *plan.gamma_inverted, true, plan.gamma_retain_stats);
+  if (plan.gamma) x = adjust_gamma(x, *plan.gamma, false, plan.gamma_retain_stats);
+  return out;
+}
+
+void copy_into_batch(const Sample& s, const std::array<bool, 3>& flip, Tensor& x, Tensor& y, int64_t row) {
+  const char* op = "copy_into_batch";
+  check_sample(s, op);
+  const Shape& v = s.image.shape();
+  const Device device = device_of(s, op);
+  HG_CHECK(x.defined() && y.defined() && x.dim() == 5 && y.dim() == 4 && x.dtype() == kFloat32 && y.dtype() == kInt64 &&
+               x.size(1) == 1 && x.size(0) == y.size(0) && Shape(x.shape().begin() + 2, x.shape().end()) == v &&
+               Shape(y.shape().begin() + 1, y.shape().end()) == v && x.device() == device && y.device() == device &&
+               x.memory_format() == MemoryFormat::Contiguous,
+           op << ": batch x " << (x.defined() ? shape_str(x.shape()) : "undefined") << ", y "
+              << (y.defined() ? shape_str(y.shape()) : "undefined") << "; expected contiguous float32 (B, 1) + "
+              << shape_str(v) << " and int64 (B) + " << shape_str(v) << " on the sample's device");
+  HG_CHECK(row >= 0 && row < x.size(0), op << ": row " << row << " of a batch of " << x.size(0));
+#ifdef HALFGRAD_CUDA
+  if (on_cuda(s.image)) return cuda::augment_copy_into_batch(s, flip, x, y, row);
+#endif
+  const int64_t n = s.image.numel();
+  const float* img = s.image.data<float>();
+  const int64_t* lab = s.label.data<int64_t>();
+  float* xo = x.data<float>() + row * n;
+  int64_t* yo = y.data<int64_t>() + row * n;
+  for (int64_t z = 0, i = 0; z < v[0]; ++z)
+    for (int64_t h = 0; h < v[1]; ++h)
+      for (int64_t w = 0; w < v[2]; ++w, ++i) {
+        const int64_t j = ((flip[0] ? v[0] - 1 - z : z) * v[1] + (flip[1] ? v[1] - 1 - h : h)) * v[2] + (flip[2] ? v[2] - 1 - w : w);
+        xo[i] = img[j];
+        yo[i] = lab[j];
+      }
 }
 
 }  // namespace halfgrad::io

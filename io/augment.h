@@ -34,9 +34,27 @@
 //   - SimulateLowResolution upsamples with order 3 (cubic) in nnU-Net; we use order 1 (linear).
 //   - Randomness comes from halfgrad::Generator, not numpy's global state: the distributions are
 //     nnU-Net's, the stream of numbers is ours (see augment_patch for exactly what is drawn).
+//
+// What runs where. Two paths give the same distributions from different streams of numbers:
+//   CPU   augment_patch: draws and applies in one pass, the per-voxel numbers (elastic noise,
+//         Gaussian noise) from the sample's Generator too; train --augment-device cpu, in the
+//         loader's worker threads (examples/05_unet3d/loader.h). Its bits are the golden tests'.
+//   GPU   draw_augment_plan on the CPU (a few dozen draws: which transforms run and their
+//         parameters, plus one 64-bit key), then apply_augment_plan on the device the volume is on:
+//         CUDA kernels (augment_cuda.h) for a CUDA volume, the same loops on the CPU for a CPU one
+//         (the kernels' reference). Per-voxel numbers come from Philox4x32-10 (core/philox.h) keyed
+//         by the plan's key and numbered by voxel, so they do not depend on the launch or on threads.
+//         train --augment-device cuda (the default with --device cuda), in the training thread on
+//         the step's stream (examples/05_unet3d/gpu_batch.h says why there).
+// Every transform below takes a volume on the CPU or on CUDA (float32, contiguous) and returns its
+// result on that device. The CUDA kernels evaluate the CPU's formulas (augment_math.h) in the same
+// order without FMA contraction: spatial interpolation, brightness, low resolution and blur give
+// the CPU's bits; contrast and gamma differ only through their float64 sums' order (a few units of
+// float32's last place at most; tests/cuda/augment_cuda_test.cpp states each tolerance).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "core/tensor.h"
 #include "io/preprocess.h"
@@ -201,5 +219,58 @@ Tensor adjust_gamma(const Tensor& image, double gamma, bool invert, bool retain_
 /// extents, or the options are bad (AugmentOptions::check).
 Sample augment_patch(const Sample& volume, const std::array<int64_t, 3>& start, const Shape& size,
                      const AugmentOptions& options, Generator& gen);
+
+// ---- The plan: the draws of one sample apart from the per-voxel work (the GPU path) ---------------
+
+/// What draw_augment_plan drew for one sample: each transform that runs with its parameter (an
+/// empty optional: the transform does not run), and the Philox key of its per-voxel numbers.
+struct AugmentPlan {
+  struct Elastic {
+    double alpha = 0.0, sigma = 0.0;  // elastic_displacement's
+  };
+  uint64_t key = 0;  // Philox4x32-10 key: elastic noise streams 1, 2, 3 (axes 0, 1, 2), Gaussian noise stream 0
+  std::optional<Elastic> elastic;
+  std::array<double, 3> angles{0.0, 0.0, 0.0};  // radians about axes 0, 1, 2
+  double scale = 1.0;
+  bool spatial = false;  // elastic, rotation or scale drawn: the patch is interpolated, else copied
+  std::optional<double> noise_std, blur_sigma, brightness, contrast, low_res_zoom, gamma_inverted, gamma;
+  bool contrast_preserve_range = true;  // AugmentOptions' switches, copied
+  bool gamma_retain_stats = true;
+};
+
+/// The draws of augment_patch without the per-voxel ones: first key = one 64-bit word of
+/// gen.engine(), then steps 1-10 of augment_patch's list in its order with the same draws, except
+/// that step 1 draws no noise volumes and step 4 no normals (apply_augment_plan makes them from
+/// `key`). So from the same generator the parameters equal augment_patch's only until its first
+/// per-voxel draw; the distributions are the same. AugmentOptions::none() draws the key alone.
+/// Throws halfgrad::Error naming draw_augment_plan for bad options (AugmentOptions::check).
+AugmentPlan draw_augment_plan(const AugmentOptions& options, Generator& gen);
+
+/// Uniform noise in [-1, 1) of shape `size` on `device`, float32: voxel i (storage order) is
+/// philox::uniform_signed of the first two words of philox::draw(key, stream, i) (core/philox.h).
+/// Throws if size is not 3 positive extents.
+Tensor philox_uniform_noise(const Shape& size, uint64_t key, uint32_t stream, Device device);
+
+/// image + std * n per voxel, n = philox::normal(philox::draw(key, 0, i)) for voxel i in storage
+/// order (Box-Muller in float64): the GPU path's augment_gaussian_noise, on the image's device.
+/// Throws if image is not a float32 (D, H, W) volume or std is negative or not finite.
+Tensor gaussian_noise_philox(const Tensor& image, double std, uint64_t key);
+
+/// augment_patch's transforms as `plan` says, on the device of `volume` (image float32 and label int64
+/// (D, H, W), both on the CPU or both on CUDA): the patch of extent `size` at `start` (spatial_transform
+/// when plan.spatial, with displacements elastic_displacement(philox_uniform_noise(size, key, 1 + a))
+/// for axis a; else extract_region's bits), then noise (gaussian_noise_philox), blur, brightness,
+/// contrast, low resolution, inverted gamma, gamma. Returns image float32 and label int64 of shape
+/// `size` on that device. Throws halfgrad::Error naming apply_augment_plan for a malformed sample, a
+/// size that is not 3 positive extents, or image and label on different devices.
+Sample apply_augment_plan(const Sample& volume, const std::array<int64_t, 3>& start, const Shape& size,
+                          const AugmentPlan& plan);
+
+/// Writes sample `s` (image float32, label int64, (D, H, W)), flipped along each axis a with
+/// flip[a] (io::flip's reversal), into row `row` of the batch x (B, 1, D, H, W) float32 and y
+/// (B, D, H, W) int64, all contiguous and on one device (CPU or CUDA; queued on the stream there).
+/// Throws halfgrad::Error naming copy_into_batch for shapes, dtypes or devices that disagree, or a
+/// row outside [0, B).
+void copy_into_batch(const Sample& s, const std::array<bool, 3>& flip, Tensor& x, Tensor& y, int64_t row);
 
 }  // namespace halfgrad::io

@@ -138,6 +138,12 @@ static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
                     "default transforms: rotation, scaling, noise, blur, brightness, contrast, low resolution, gamma; "
                     "io/augment.h)")
       ->check(CLI::IsMember({"none", "nnunet"}));
+  train->add_option("--augment-device", t.augment_device,
+                    "where --augment nnunet runs: cuda (the default with --device cuda: the draws on the CPU, the "
+                    "per-voxel work in CUDA kernels on the step's stream, the training volumes held on the GPU; "
+                    "gpu_batch.h) or cpu (the default with --device cpu: the loader's worker threads). Each is "
+                    "bit-reproducible; they draw different random numbers. Saved with the run")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   train->add_flag("--deep-supervision", t.deep_supervision,
                   "nnU-Net v2's deep supervision: the model gets a 1x1x1 head on every lower decoder level "
                   "(ds_heads) and the step's loss is the weighted sum of the losses at 1, 1/2, 1/4, ... resolution "
@@ -294,6 +300,9 @@ void check_train_args(const TrainArgs& a) {
   const auto given = [&](const char* o) { return std::find(a.given.begin(), a.given.end(), o) != a.given.end(); };
   HG_CHECK(!given("--spacing") || !a.data.empty(),
            "halfgrad-unet3d train: --spacing needs --data (the default data is the 2 mm atlas of io/mricron.h)");
+  HG_CHECK(a.augment_device != "cuda" || a.device == "cuda",
+           "halfgrad-unet3d train: --augment-device cuda needs --device cuda (got --device " << a.device
+               << "); drop it or pass --augment-device cpu");
   HG_CHECK(!a.deep_supervision || a.gpus == 1,
            "halfgrad-unet3d train: --deep-supervision runs on one GPU (DistributedDataParallel's forward returns one "
            "output); drop --gpus " << a.gpus << " or --deep-supervision");

@@ -65,7 +65,7 @@ struct CommandLine {
 /// --opt-level or --fp32-op, --fp32-op without O1), --memory-format ndhwc
 /// with --device cpu (an explicit request the CPU ops cannot honour: they run NCDHW only; the
 /// default, --memory-format unset, means ndhwc on cuda and NCDHW on the CPU without a word), and
-/// --gpus without --device cuda (the ranks are GPUs talking through NCCL).
+/// --augment-device cuda without --device cuda, --gpus without --device cuda (the ranks are GPUs talking through NCCL).
 void check_train_args(const TrainArgs& a);
 
 }  // namespace unet3d_app

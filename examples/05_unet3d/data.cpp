@@ -224,4 +224,54 @@ void make_training_batch_slice(const SegData& data, const Recipe& r, uint64_t ru
   y = batch.label;
 }
 
+std::vector<SamplePlan> plan_training_batch_slice(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step,
+                                                  int64_t begin, int64_t end) {
+  HG_CHECK(!data.train.empty(), "halfgrad-unet3d: no training volumes");
+  HG_CHECK(step >= 0, "halfgrad-unet3d: plan_training_batch: step " << step << " is negative");
+  HG_CHECK(0 <= begin && begin < end && end <= r.batch,
+           "halfgrad-unet3d: plan_training_batch: samples [" << begin << ", " << end << ") of a batch of " << r.batch
+                                                             << "; expected 0 <= begin < end <= batch");
+  Generator gen(batch_seed(run_seed, step));
+  const bool patches = r.patch[0] > 0;
+  const io::PatchOptions patch = io::PatchOptions().with_size(to_shape(r.patch)).with_foreground_prob(r.foreground_prob);
+  const io::AugmentOptions augment = augment_options(r.augment);
+  std::vector<SamplePlan> plans;
+  for (int64_t b = 0; b < end; ++b) {  // make_training_batch_slice's draws, in its order
+    SamplePlan p;
+    p.volume = gen.randint(static_cast<int64_t>(data.train.size()));
+    const SegVolume& v = data.train[p.volume];
+    if (patches) p.start = io::random_patch_start(io::Sample{v.image, v.label}, patch, gen);
+    p.size = patches ? to_shape(r.patch) : v.image.shape();
+    for (int64_t axis : r.flip_axes)
+      if (gen.uniform() < 0.5) p.flip[axis] = !p.flip[axis];
+    if (b < begin) continue;  // another rank's sample
+    Generator sample_gen(sample_seed(run_seed, step, b));
+    p.augment = io::draw_augment_plan(augment, sample_gen);
+    plans.push_back(p);
+  }
+  return plans;
+}
+
+void build_planned_batch(const std::vector<io::Sample>& volumes, const std::vector<SamplePlan>& plans, Tensor& x,
+                         Tensor& y) {
+  HG_CHECK(!plans.empty() && !volumes.empty(), "halfgrad-unet3d: build_planned_batch: no samples or no volumes");
+  const Shape& size = plans[0].size;
+  const Device device = volumes[0].image.device();
+  const int64_t batch = static_cast<int64_t>(plans.size());
+  Shape xs{batch, 1}, ys{batch};
+  xs.insert(xs.end(), size.begin(), size.end());
+  ys.insert(ys.end(), size.begin(), size.end());
+  x = Tensor::empty(xs, kFloat32, device);
+  y = Tensor::empty(ys, kInt64, device);
+  for (int64_t b = 0; b < batch; ++b) {
+    const SamplePlan& p = plans[b];
+    HG_CHECK(p.size == size, "halfgrad-unet3d: build_planned_batch: sample " << b << " is " << shape_str(p.size)
+                                                                            << ", sample 0 " << shape_str(size)
+                                                                            << "; expected one extent");
+    HG_CHECK(p.volume >= 0 && p.volume < static_cast<int64_t>(volumes.size()),
+             "halfgrad-unet3d: build_planned_batch: volume " << p.volume << " of " << volumes.size());
+    io::copy_into_batch(io::apply_augment_plan(volumes[p.volume], p.start, p.size, p.augment), p.flip, x, y, b);
+  }
+}
+
 }  // namespace unet3d_app

@@ -91,4 +91,31 @@ void make_training_batch(const SegData& data, const Recipe& r, uint64_t run_seed
 void make_training_batch_slice(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step, int64_t begin,
                                int64_t end, halfgrad::Tensor& x, halfgrad::Tensor& y);
 
+/// One sample of a training batch as drawn, before anything is built (--augment-device cuda's split
+/// of the draws from the per-voxel work, gpu_batch.h).
+struct SamplePlan {
+  int64_t volume = 0;                 // index into SegData::train
+  std::array<int64_t, 3> start{0, 0, 0};  // the patch's corner in that volume
+  halfgrad::Shape size;               // the patch's extent (the volume's own without patches)
+  std::array<bool, 3> flip{false, false, false};  // flipped along axis a after the augmentation
+  halfgrad::io::AugmentPlan augment;  // io::draw_augment_plan(augment_options(r.augment), Generator(sample_seed))
+};
+
+/// What make_training_batch_slice draws for samples [begin, end) of step `step`, from the same batch
+/// generator in the same order (volume, patch corner, one draw per flip axis, also for the samples
+/// before `begin`), so volumes, corners and flips are make_training_batch_slice's; the augmentation is
+/// io::draw_augment_plan's from Generator(sample_seed(run_seed, step, b)) instead of augment_patch's
+/// (the same distributions; io/augment.h). Throws as make_training_batch_slice.
+std::vector<SamplePlan> plan_training_batch_slice(const SegData& data, const Recipe& r, uint64_t run_seed, int64_t step,
+                                                  int64_t begin, int64_t end);
+
+/// The batch of `plans` built from `volumes` (SegData::train's volumes as io::Samples, all on one
+/// device: the CPU, or CUDA for --augment-device cuda): io::apply_augment_plan of each sample, then
+/// io::copy_into_batch with its flips, into x (B, 1, d, h, w) float32 and y (B, d, h, w) int64 on that
+/// device (queued on the stream there, the host does not wait). With Augmentation::None the bits are
+/// make_training_batch_slice's. Throws halfgrad::Error when the samples differ in extent or a plan
+/// names a volume that is not there.
+void build_planned_batch(const std::vector<halfgrad::io::Sample>& volumes, const std::vector<SamplePlan>& plans,
+                         halfgrad::Tensor& x, halfgrad::Tensor& y);
+
 }  // namespace unet3d_app

@@ -83,7 +83,7 @@ uint64_t saturating_add(uint64_t a, uint64_t b) {
 }  // namespace
 
 uint64_t MemoryEstimate::total() const {
-  return saturating_add(model_state, std::max(training_step, forward));
+  return saturating_add(saturating_add(model_state, std::max(training_step, forward)), augment_volumes);
 }
 
 std::string MemoryEstimate::describe() const {
@@ -91,6 +91,7 @@ std::string MemoryEstimate::describe() const {
   os << human_bytes(total()) << " (model state " << human_bytes(model_state);
   if (!step_what.empty()) os << ", training step of " << step_what << " " << human_bytes(training_step);
   os << ", forward of " << forward_what << " " << human_bytes(forward);
+  if (augment_volumes > 0) os << ", training volumes on the GPU for --augment-device cuda " << human_bytes(augment_volumes);
   os << ")";
   return os.str();
 }

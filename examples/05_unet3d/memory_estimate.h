@@ -12,6 +12,9 @@
 //     validation       the forward (no autograd tape) of the largest validation volume, batch 1
 //     (the checkpoint is written from the tensors themselves on the CPU, through one host copy
 //     of one tensor at a time from CUDA: core/safetensors.h; no term)
+//     augment volumes  with --augment-device cuda, every training volume's image (4 B) and label
+//                      (8 B) per voxel, held on the GPU for the whole run (gpu_batch.h); the
+//                      augmentation's own tensors are a few patches, inside the step's margin
 //   eval  = parameters + the forward of the largest volume
 //
 // The calibration (memory_estimate.cpp) keeps the estimate an upper bound of the measured peak of
@@ -35,7 +38,8 @@ struct MemoryEstimate {
   uint64_t model_state = 0;       // parameters, gradients, optimizer state
   uint64_t training_step = 0;     // the batch's activations and backward's working set (0 for eval)
   uint64_t forward = 0;           // validation / evaluation forward of the largest volume
-  uint64_t total() const;         // model_state + max(training_step, forward)
+  uint64_t augment_volumes = 0;   // train --augment-device cuda: the training volumes held on the GPU (gpu_batch.h)
+  uint64_t total() const;         // model_state + max(training_step, forward) + augment_volumes
   /// "3.1 GiB (model state 48.5 MiB, training step of batch 4 at 32x48x32 2.9 GiB, ...)".
   std::string describe() const;
   std::string step_what, forward_what;  // "batch 4 at 32x48x32", "48x64x48": for describe()

@@ -28,6 +28,7 @@ nlohmann::json train_args_to_json(const TrainArgs& a) {
           {"fold", a.fold},
           {"spacing", a.spacing},
           {"augment", a.augment},
+          {"augment_device", a.augment_device},
           {"deep_supervision", a.deep_supervision},
           {"val_every", a.val_every},
           {"save_every", a.save_every},
@@ -68,6 +69,10 @@ TrainArgs train_args_from_json(const Field& j) {
   // Runs saved before --augment trained without augmentation: the recipe's (every recipe's is none).
   a.augment = j.has("augment") ? j["augment"].as_string() : "";
   if (!a.augment.empty()) augmentation_by_name(a.augment, j.where() + ": field 'augment'");
+  // Runs saved before --augment-device augmented on the CPU; empty: --device's (train saves what it resolved).
+  a.augment_device = j.has("augment_device") ? j["augment_device"].as_string() : "cpu";
+  HG_CHECK(a.augment_device.empty() || a.augment_device == "cpu" || a.augment_device == "cuda",
+           j.where() << ": field 'augment_device' is \"" << a.augment_device.substr(0, 24) << "\"; expected cpu or cuda");
   // Runs saved before --deep-supervision trained without it.
   a.deep_supervision = j.has("deep_supervision") && j["deep_supervision"].as_bool();
   a.val_every = j["val_every"].as_int();

@@ -30,6 +30,8 @@ struct TrainArgs {
   int64_t fold = 4;        // --fold K: cross-validation fold (data.h: kFolds, kReferenceFold); needs --data
   std::string spacing = "median";  // --spacing native|median|Z,Y,X: the grid --data is resampled to (unet3d/resample.h)
   std::string augment;     // --augment none|nnunet: training augmentation (io/augment.h); empty = the recipe's (none)
+  std::string augment_device;  // --augment-device cpu|cuda: where it runs (gpu_batch.h); empty = --device's. The
+                               // run saves what it resolved to, so --resume keeps it
   bool deep_supervision = false;  // --deep-supervision: ds_heads and nnU-Net's weighted loss (ops/loss/deep_supervision.h)
   int64_t val_every = -1;
   int64_t save_every = 1;  // --save-every N: write the checkpoint every N epochs (and after the last)

@@ -72,6 +72,13 @@ Recipe run_recipe(const TrainArgs& a) {
   return r;
 }
 
+// --augment-device (gpu_batch.h): --device's unless given, written back into the options (which the run
+// saves, so that --resume keeps it). Returns whether the augmentation runs on the GPU.
+bool resolve_augment_device(TrainArgs& a, const Recipe& r) {
+  if (a.augment_device.empty()) a.augment_device = a.device;
+  return r.augment != Augmentation::None && a.augment_device == "cuda";
+}
+
 // --grad-stats FILE follows the run folder's rule: an existing file is refused unless --overwrite,
 // and it may not be one of the run's own files.
 void check_grad_stats_path(const TrainArgs& a) {
@@ -234,9 +241,13 @@ void Trainer::load_data() {
               << " levels adds one output, at the lowest resolution, whose weight is 0 (nnU-Net's rule): the loss is "
                  "the plain one; it needs 3 levels or more to change anything"
               << std::endl;
+  gpu_augment_ = resolve_augment_device(a_, r_);
   if (r_.augment != Augmentation::None)
     std::cout << "augment: " << augmentation_name(r_.augment)
-              << ", nnU-Net v2's training transforms on each sample before its flips (io/augment.h)" << std::endl;
+              << ", nnU-Net v2's training transforms on each sample before its flips (io/augment.h), "
+              << (gpu_augment_ ? "drawn on the CPU and applied by CUDA kernels (--augment-device cuda; gpu_batch.h)"
+                               : "on the CPU (--augment-device cpu)")
+              << std::endl;
   r_.volume_shape = data_.volume_shape;
   // What the data is, by content: saved with every checkpoint, compared on --resume (rank 0's job,
   // before the run folder is touched).
@@ -257,11 +268,17 @@ void Trainer::check_train_memory() {
   const std::array<int64_t, 3> step_shape = r_.patch[0] > 0 ? r_.patch : r_.volume_shape;
   need_ = estimate_train_memory(r_.model, model_->num_parameters(), step_shape, slice_.size(), r_.volume_shape,
                                 plan_.level, cuda);
+  if (gpu_augment_) need_.augment_volumes = GpuBatchBuilder::volume_bytes(data_);
   if (!a_.memory_check) return;
   const MemoryAvailable avail = available_memory(a_.device);
+  HG_CHECK(need_.augment_volumes <= avail.bytes,
+           "halfgrad-unet3d train: --augment-device cuda holds the " << data_.train.size() << " training volumes on the "
+               << "GPU, " << human_bytes(need_.augment_volumes) << ", but the GPU has " << human_bytes(avail.bytes)
+               << " available (" << avail.source << "); pass --augment-device cpu to augment on the CPU instead");
   check_memory(need_, avail, "train", a_.device,
                "lower --batch (now " + std::to_string(r_.batch) +
-                   (ctx_.distributed() ? ", " + std::to_string(slice_.size()) + " per GPU" : std::string()) + ")");
+                   (ctx_.distributed() ? ", " + std::to_string(slice_.size()) + " per GPU" : std::string()) + ")" +
+                   (gpu_augment_ ? ", pass --augment-device cpu (the training volumes then stay in host memory)" : ""));
   std::cout << "memory: estimated " << need_.describe() << "; " << human_bytes(avail.bytes) << " available"
             << std::endl;
 }
@@ -416,11 +433,18 @@ void Trainer::start_ddp_and_loader() {
   loader_options_.workers = a_.workers >= 0 ? static_cast<int>(a_.workers) : default_workers(where_.device);
   loader_options_.prefetch = static_cast<int>(a_.prefetch);
   loader_options_.device = where_.device;
-  loader_ = std::make_unique<BatchLoader>(
-      [this](int64_t step, Tensor& x, Tensor& y) {
-        make_training_batch_slice(data_, r_, a_.seed, step, slice_.begin, slice_.end, x, y);
-      },
-      global_step_, r_.epochs * steps_per_epoch_, loader_options_);
+  BatchBuilder build = [this](int64_t step, Tensor& x, Tensor& y) {
+    make_training_batch_slice(data_, r_, a_.seed, step, slice_.begin, slice_.end, x, y);
+  };
+  if (gpu_augment_) {  // kernels queued by the training thread, on the step's stream (gpu_batch.h says why)
+    if (a_.workers > 0)
+      std::cout << "note: --workers " << a_.workers << " unused: with --augment-device cuda the training thread "
+                << "queues each batch's kernels (gpu_batch.h)" << std::endl;
+    loader_options_.workers = 0;
+    gpu_batch_ = std::make_unique<GpuBatchBuilder>(data_, r_, a_.seed, slice_);
+    build = [this](int64_t step, Tensor& x, Tensor& y) { gpu_batch_->build(step, x, y); };
+  }
+  loader_ = std::make_unique<BatchLoader>(std::move(build), global_step_, r_.epochs * steps_per_epoch_, loader_options_);
 }
 
 // --cuda-graph: step() without hooks on the graph's static buffers, with the buffer restore and the

@@ -30,6 +30,7 @@
 #include "examples/05_unet3d/data.h"
 #include "examples/05_unet3d/data_fingerprint.h"
 #include "examples/05_unet3d/distributed.h"
+#include "examples/05_unet3d/gpu_batch.h"
 #include "examples/05_unet3d/graph_step.h"
 #include "examples/05_unet3d/loader.h"
 #include "examples/05_unet3d/memory_estimate.h"
@@ -162,6 +163,8 @@ class Trainer {
   double elapsed_before_ = 0;  // training time of the earlier processes of a resumed run
   std::unique_ptr<halfgrad::dist::DistributedDataParallel> ddp_;
   LoaderOptions loader_options_;
+  bool gpu_augment_ = false;                    // --augment-device cuda with an augmentation (gpu_batch.h)
+  std::unique_ptr<GpuBatchBuilder> gpu_batch_;  // its builder, the training volumes on the GPU
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<GraphStep> graph_step_;
   std::vector<halfgrad::Tensor> bn_counters_;  // --cuda-graph: every BatchNorm's num_batches_tracked
