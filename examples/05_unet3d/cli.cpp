@@ -69,6 +69,27 @@ CLI::Validator finite_number(double lo, bool strict, double hi) {
       "finite, " + bound);
 }
 
+// train's options of what each sample and each loss add to the recipe: augmentation (and where it
+// runs) and deep supervision.
+static void add_train_augment_options(CLI::App* train, TrainArgs& t) {
+  train->add_option("--augment", t.augment,
+                    "training augmentation before the flips: none (every recipe's default) or nnunet (nnU-Net v2's "
+                    "default transforms: rotation, scaling, noise, blur, brightness, contrast, low resolution, gamma; "
+                    "io/augment.h)")
+      ->check(CLI::IsMember({"none", "nnunet"}));
+  train->add_option("--augment-device", t.augment_device,
+                    "where --augment nnunet runs: cuda (the default with --device cuda: the draws on the CPU, the "
+                    "per-voxel work in CUDA kernels on the step's stream, the training volumes held on the GPU; "
+                    "gpu_batch.h) or cpu (the default with --device cpu: the loader's worker threads). Each is "
+                    "bit-reproducible; they draw different random numbers. Saved with the run")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  train->add_flag("--deep-supervision", t.deep_supervision,
+                  "nnU-Net v2's deep supervision: the model gets a 1x1x1 head on every lower decoder level "
+                  "(ds_heads) and the step's loss is the weighted sum of the losses at 1, 1/2, 1/4, ... resolution "
+                  "(ops/loss/deep_supervision.h); validation and predict use the full-resolution output. One GPU "
+                  "only; the step runs eagerly (no CUDA graph)");
+}
+
 // `train` and its options into t.
 static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
   CLI::App* train = app.add_subcommand("train", "train a U-Net; prints per-epoch loss, skipped steps, loss scale, Dice");
@@ -133,22 +154,7 @@ static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
             return "";
           },
           "native|median|Z,Y,X"));
-  train->add_option("--augment", t.augment,
-                    "training augmentation before the flips: none (every recipe's default) or nnunet (nnU-Net v2's "
-                    "default transforms: rotation, scaling, noise, blur, brightness, contrast, low resolution, gamma; "
-                    "io/augment.h)")
-      ->check(CLI::IsMember({"none", "nnunet"}));
-  train->add_option("--augment-device", t.augment_device,
-                    "where --augment nnunet runs: cuda (the default with --device cuda: the draws on the CPU, the "
-                    "per-voxel work in CUDA kernels on the step's stream, the training volumes held on the GPU; "
-                    "gpu_batch.h) or cpu (the default with --device cpu: the loader's worker threads). Each is "
-                    "bit-reproducible; they draw different random numbers. Saved with the run")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  train->add_flag("--deep-supervision", t.deep_supervision,
-                  "nnU-Net v2's deep supervision: the model gets a 1x1x1 head on every lower decoder level "
-                  "(ds_heads) and the step's loss is the weighted sum of the losses at 1, 1/2, 1/4, ... resolution "
-                  "(ops/loss/deep_supervision.h); validation and predict use the full-resolution output. One GPU "
-                  "only; the step runs eagerly (no CUDA graph)");
+  add_train_augment_options(train, t);
   train->add_option("--seed", t.seed, "random seed (init, patches, flips, augmentation)")
       ->transform(decimal_integer(0, std::numeric_limits<uint64_t>::max()));
   train->add_option("--config", t.config,

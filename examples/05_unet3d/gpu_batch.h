@@ -20,7 +20,8 @@
 // stays on the host per step is the drawing (a few dozen draws per sample, and with a foreground
 // patch a scan of its label volume), microseconds beside the step. The batch is a function of
 // (seed, step) alone: the plans are (data.h), and each kernel's result is a function of its inputs
-// (Philox numbers by voxel index, reductions in a fixed order), whatever --workers says.
+// (Philox numbers by voxel index, reductions in a fixed order), whatever --workers says. The run's
+// "gpu: idle" figure (loader.h's StepGapTimer) counts these kernels within the gap between steps.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -10,6 +10,8 @@
 //   workers 0    next() builds the batch in the training thread (the loop before this file existed).
 //   workers N    N threads; at most `prefetch` batches are built ahead of the one the training thread
 //                takes next (the queue is bounded: memory stays prefetch * batch bytes).
+// train --augment-device cuda builds each batch with CUDA kernels queued by the training thread, so
+// it runs this loader with workers 0 (gpu_batch.h says why).
 //
 // On CUDA (device CUDA, workers >= 1), each of the `prefetch` slots of the ring owns a pinned host
 // buffer and a device buffer outside the caching allocator (core/cuda/streams.h says why). A worker

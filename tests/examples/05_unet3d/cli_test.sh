@@ -40,6 +40,8 @@ expect 0 "--nsd-tolerance" "normalised surface Dice" -- eval --help
 expect 2 "--memory-format ndhwc asks for channels-last activations, but with --device cpu" \
   -- train --out "$tmp/a" --memory-format ndhwc
 expect 0 "--overwrite" "--no-memory-check" "INT:decimal in [1, 1000000]" -- train --help
+expect 2 "--augment-device cuda needs --device cuda" -- train --out "$tmp/a" --augment nnunet --augment-device cuda
+expect 0 "--augment-device" "CUDA kernels" -- train --help
 
 # --resume takes the run's own options: others are refused by name; --out with it is an error.
 expect 2 "--lr, --seed cannot be given with --resume" -- train --resume "$tmp/a" --lr 0.1 --seed 3
