@@ -48,9 +48,9 @@
 //         the step's stream (examples/05_unet3d/gpu_batch.h says why there).
 // Every transform below takes a volume on the CPU or on CUDA (float32, contiguous) and returns its
 // result on that device. The CUDA kernels evaluate the CPU's formulas (augment_math.h) in the same
-// order without FMA contraction: spatial interpolation, brightness, low resolution and blur give
-// the CPU's bits; contrast and gamma differ only through their float64 sums' order (a few units of
-// float32's last place at most; tests/cuda/augment_cuda_test.cpp states each tolerance).
+// order in float64, one float32 rounding per voxel; they differ from the CPU loops only in float64's
+// last place (fused multiply-adds, the order of contrast's and gamma's sums), so a voxel may differ by
+// a float32 ulp or so (tests/cuda/augment_cuda_test.cpp states each tolerance).
 #pragma once
 #include <array>
 #include <cstdint>

@@ -11,7 +11,8 @@
 // sums voxels t, t + kStatThreads, ... in order, then a fixed shared-memory tree: no atomics, the same
 // bits on every run. A 48x64x48 volume is 147456 voxels: 144 per thread, a few microseconds.
 // Precision: float32 storage, float64 arithmetic, one rounding per output (per pass for the filter),
-// as the CPU; compiled with -fmad=false (CMakeLists.txt) so that products and sums round as the CPU's.
+// as the CPU; compiled with -fmad=false (CMakeLists.txt): each product and sum rounded as written (the
+// CPU build may fuse some: float64's last place, io/augment_math.h).
 // Memory-bound throughout: the whole pipeline reads and writes a patch a few times (about 10 MB for a
 // batch of 8 at 48x64x48), microseconds on an H100; the launches (a few per sample) cost more.
 #include <cmath>

@@ -3,14 +3,20 @@
 // statistics; the same bits on every run; and the batch of train --augment-device cuda
 // (examples/05_unet3d/gpu_batch.h) against the same plans built on the CPU.
 //
-// Tolerances, from what each kernel computes (io/augment_math.h; the .cu is built with -fmad=false):
-//   exact (0)        spatial interpolation (with and without elastic offsets), the crop, blur,
-//                    brightness, low resolution, the elastic displacement, the uniform noise, the
-//                    batch copy with flips: the CPU's float64 operations in the CPU's order, one rounding
-//   1e-6 rel + abs   contrast and gamma (their float64 sums are reduced in another order; pow may differ
-//                    in double's last place), Gaussian noise (CUDA's log / cos within 2 ulp of double)
+// Tolerances, from what each kernel computes (io/augment_math.h: the CPU's float64 formulas in its
+// order, one float32 rounding per voxel; the .cu is built with -fmad=false, the CPU build fuses some
+// multiply-adds, so float64's last place may differ):
+//   exact (0)        the crop, brightness (one product), the uniform noise (exact arithmetic), the
+//                    labels (nearest neighbour: a coordinate would have to lie within float64's last
+//                    place of a voxel boundary), the batch copy with flips
+//   1e-6 rel + abs   spatial interpolation, blur, low resolution, the elastic displacement (a fused
+//                    multiply-add, at most a float32 ulp on a rare voxel), contrast and gamma (their
+//                    float64 sums reduced in another order; pow within 2 ulp of double), Gaussian noise
+//                    (CUDA's log / cos within 2 ulp of double)
 //   1e-5 rel + abs   the whole plan: those differences carried through the later transforms (gamma's
-//                    power amplifies a last-place difference near the image's minimum)
+//                    power amplifies a last-place difference near the image's minimum); its labels
+//                    exactly, except with elastic offsets made on each device (a float32 ulp moves a
+//                    coordinate): there at most 1 voxel in 1000
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -37,6 +43,14 @@ Sample test_volume(const Shape& s, uint64_t seed) {
 
 Sample to_cuda(const Sample& s) { return Sample{s.image.copy_to(Device::CUDA), s.label.copy_to(Device::CUDA)}; }
 
+// Voxels where the GPU's labels differ from the CPU's.
+int64_t label_mismatches(const Tensor& gpu, const Tensor& cpu) {
+  const std::vector<double> g = gpu.to_double_vector(), c = cpu.to_double_vector();
+  int64_t n = 0;
+  for (size_t i = 0; i < g.size(); ++i) n += g[i] != c[i];
+  return n;
+}
+
 bool same_bits(const Tensor& gpu, const Tensor& cpu) {
   const Tensor g = gpu.copy_to(Device::CPU);
   return g.dtype() == cpu.dtype() && g.shape() == cpu.shape() && std::memcmp(g.raw_data(), cpu.raw_data(), cpu.nbytes()) == 0;
@@ -53,7 +67,7 @@ AugmentOptions all_on() {
 
 }  // namespace
 
-CUDA_TEST_CASE("augment cuda spatial float32/int64 (D,H,W): rotation, scale, elastic and the crop give the CPU's bits") {
+CUDA_TEST_CASE("augment cuda spatial float32/int64 (D,H,W): rotation, scale, elastic within 1e-6, labels and the crop exact") {
   const Sample vol = test_volume({13, 17, 15}, 1);
   const Sample dvol = to_cuda(vol);
   const Shape size{9, 12, 11};
@@ -63,18 +77,21 @@ CUDA_TEST_CASE("augment cuda spatial float32/int64 (D,H,W): rotation, scale, ela
     sp.scale = 1.23;
     Sample cpu = spatial_transform(vol, start, size, sp), gpu = spatial_transform(dvol, start, size, sp);
     CHECK(gpu.image.is_cuda());
-    CHECK(same_bits(gpu.image, cpu.image));
+    check_close(gpu.image, cpu.image, 1e-6, 1e-6, "rotated and scaled image");
     CHECK(same_bits(gpu.label, cpu.label));
-    // Elastic offsets: made on each device from the same Philox key, then the same interpolation.
+    // Elastic offsets: made on each device from the same Philox key (the noise exact, the filtered
+    // offsets within 1e-6); the interpolation then reads the CPU's offsets on both.
     SpatialParams el = sp, del = sp;
     for (int a = 0; a < 3; ++a) {
+      CHECK(same_bits(philox_uniform_noise(size, 5, 1 + a, Device::CUDA), philox_uniform_noise(size, 5, 1 + a, Device::CPU)));
       el.displacement[a] = elastic_displacement(philox_uniform_noise(size, 5, 1 + a, Device::CPU), 2.5, 1.5);
-      del.displacement[a] = elastic_displacement(philox_uniform_noise(size, 5, 1 + a, Device::CUDA), 2.5, 1.5);
-      CHECK(same_bits(del.displacement[a], el.displacement[a]));
+      const Tensor d = elastic_displacement(philox_uniform_noise(size, 5, 1 + a, Device::CUDA), 2.5, 1.5);
+      check_close(d, el.displacement[a], 1e-6, 1e-6, "elastic displacement");
+      del.displacement[a] = el.displacement[a].copy_to(Device::CUDA);
     }
     cpu = spatial_transform(vol, start, size, el);
     gpu = spatial_transform(dvol, start, size, del);
-    CHECK(same_bits(gpu.image, cpu.image));
+    check_close(gpu.image, cpu.image, 1e-6, 1e-6, "elastic image");
     CHECK(same_bits(gpu.label, cpu.label));
     // Nothing drawn: the crop (extract_region's bits), inside and reaching outside the volume.
     Generator g(3);
@@ -85,11 +102,12 @@ CUDA_TEST_CASE("augment cuda spatial float32/int64 (D,H,W): rotation, scale, ela
   }
 }
 
-CUDA_TEST_CASE("augment cuda intensity float32 (D,H,W) (11,14,13): blur, brightness, low res exact; contrast, gamma 1e-6") {
+CUDA_TEST_CASE("augment cuda intensity float32 (D,H,W) (11,14,13): brightness exact; blur, low res, contrast, gamma 1e-6") {
   const Tensor x = test_volume({11, 14, 13}, 2).image, dx = x.copy_to(Device::CUDA);
-  for (double sigma : {0.5, 0.8, 1.0}) CHECK(same_bits(gaussian_blur(dx, sigma), gaussian_blur(x, sigma)));
+  for (double sigma : {0.5, 0.8, 1.0}) check_close(gaussian_blur(dx, sigma), gaussian_blur(x, sigma), 1e-6, 1e-6, "blur");
   CHECK(same_bits(multiply_brightness(dx, 0.83), multiply_brightness(x, 0.83)));
-  for (double zoom : {0.5, 0.61, 0.77, 1.0}) CHECK(same_bits(simulate_low_resolution(dx, zoom), simulate_low_resolution(x, zoom)));
+  for (double zoom : {0.5, 0.61, 0.77, 1.0})
+    check_close(simulate_low_resolution(dx, zoom), simulate_low_resolution(x, zoom), 1e-6, 1e-6, "low resolution");
   for (bool preserve : {true, false})
     for (double f : {0.8, 1.2}) check_close(adjust_contrast(dx, f, preserve), adjust_contrast(x, f, preserve), 1e-6, 1e-6, "contrast");
   for (bool invert : {true, false})
@@ -137,7 +155,8 @@ CUDA_TEST_CASE("augment cuda apply_augment_plan (D,H,W): the CPU's output within
       const std::array<int64_t, 3> start{static_cast<int64_t>(seed % 5), 2, 3};
       const Sample cpu = apply_augment_plan(vol, start, size, p), gpu = apply_augment_plan(dvol, start, size, p);
       check_close(gpu.image, cpu.image, 1e-5, 1e-5, "the plan's image");
-      CHECK(same_bits(gpu.label, cpu.label));
+      if (p.elastic) CHECK(label_mismatches(gpu.label, cpu.label) * 1000 <= shape_numel(size));
+      else CHECK(same_bits(gpu.label, cpu.label));
       // The same bits on a second run.
       CHECK(same_bits(apply_augment_plan(dvol, start, size, p).image, gpu.image.copy_to(Device::CPU)));
     }
@@ -170,7 +189,7 @@ CUDA_TEST_CASE("augment cuda batch: copy_into_batch and train --augment-device c
     CHECK(gx.is_cuda());
     unet3d_app::build_planned_batch(cpu_volumes, unet3d_app::plan_training_batch_slice(data, r, 42, step, 0, 4), cx, cy);
     check_close(gx, cx, 1e-5, 1e-5, "batch x");
-    CHECK(same_bits(gy, cy));
+    CHECK(same_bits(gy, cy));  // nnU-Net's defaults: no elastic offsets
     builder.build(step, gx2, gy2);  // a function of (seed, step): the same bits again
     CHECK(same_bits(gx2, gx.copy_to(Device::CPU)));
   }
