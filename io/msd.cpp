@@ -93,6 +93,27 @@ MsdDataset load_msd(const std::string& root) {
     out.class_names.push_back(name);
   }
 
+  // The channels' names, as the labels' (optional: MSD's "modality", nnU-Net v2's "channel_names").
+  const char* channels_key = ds.has("channel_names", true) ? "channel_names" : ds.has("modality", true) ? "modality" : nullptr;
+  if (channels_key != nullptr) {
+    const Field channels = ds[channels_key];
+    channels.require_object("an object {\"0\": \"MRI\", ...}");
+    for (size_t c = 0; c < channels.size(); ++c) {
+      const std::string key = std::to_string(c);
+      if (!channels.has(key))
+        channels.fail("has " + std::to_string(channels.size()) + " entries but no key \"" + key + "\"; expected keys \"0\" .. \"" +
+                      std::to_string(channels.size() - 1) + "\"");
+      const std::string name = channels[key].as_string();
+      const auto bad = std::find_if(name.begin(), name.end(), [](char ch) {
+        const auto u = static_cast<unsigned char>(ch);
+        return u < 0x20 || u == 0x7f || ch == '"';
+      });
+      if (name.empty() || name.size() > 64 || bad != name.end())
+        channels[key].fail("is not a channel name: expected 1 to 64 characters without control characters or '\"'");
+      out.channel_names.push_back(name);
+    }
+  }
+
   const Field training = ds["training"];
   training.require_array("an array [{\"image\": ..., \"label\": ...}, ...]");
   std::vector<std::pair<std::string, MsdPair>> keyed;  // (image entry as written, resolved pair)

@@ -28,6 +28,10 @@ struct MsdDataset {
   std::string name;                      // dataset.json "name" ("" when absent)
   int64_t num_classes = 0;               // size of the "labels" map, background included
   std::vector<std::string> class_names;  // class_names[c] = labels["c"]
+  // The image channels' names: "channel_names" (nnU-Net v2) or else "modality" (MSD), e.g. {"MRI"},
+  // in key order "0" .. "n-1"; empty when dataset.json has neither. nnU-Net picks each channel's
+  // normalisation by this name ("CT" is clipped and z-scored globally; others per volume).
+  std::vector<std::string> channel_names;
   std::vector<MsdPair> pairs;            // sorted by the image entry of dataset.json
 };
 
@@ -39,7 +43,8 @@ struct MsdDataset {
 /// a second spelling of the same file). Throws halfgrad::Error naming dataset.json and the field
 /// ("field 'training[3].image' must be a string, got integer") when the file is missing, too large,
 /// too deep or not valid JSON, when `labels` or `training` is missing or malformed (keys not
-/// "0".."n-1", an entry without image/label), when an entry is absolute or leaves <root>, names a
+/// "0".."n-1", an entry without image/label), when `channel_names` / `modality`, if present, is not
+/// an object of names keyed "0".."n-1", when an entry is absolute or leaves <root>, names a
 /// file that does not exist, or names a file already listed.
 MsdDataset load_msd(const std::string& root);
 

@@ -6,7 +6,7 @@
 // metrics rows up to its epoch: run_checkpoint.h) and metrics.csv (metrics.h: rewritten atomically
 // right after each checkpoint, so it lists exactly the checkpoint's epochs), plus, on request, the
 // precision report's files (amp/precision_report.h), and after training the curves (curves.h:
-// curves.gp, curves.png). Writes go through "<name>.tmp" and a rename; a process killed during one
+// curves.gp, curves.png); with train --plan, plan.json (examples/05_unet3d/plan.h). Writes go through "<name>.tmp" and a rename; a process killed during one
 // leaves that temp file behind.
 #pragma once
 #include <cstdint>
@@ -21,7 +21,7 @@ inline const std::vector<std::string>& run_file_names() {
       "model.safetensors", "training_state.safetensors", "metrics.csv", "precision_ops.csv", "precision_casts.csv",
       "loss_scale.csv",    "loss_scale.gp",  "loss_scale.png", "cast_bytes.csv",    "cast_bytes.gp",
       "cast_bytes.png",    "curves.gp",      "curves.png",     "curves.gnuplot.log", "loss_scale.gnuplot.log",
-      "cast_bytes.gnuplot.log",
+      "cast_bytes.gnuplot.log", "plan.json",
       "checkpoint.bin"};  // the format before safetensors (2026-12-01): still a run's file, so --overwrite removes it
   return names;
 }

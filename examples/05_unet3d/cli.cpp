@@ -155,6 +155,16 @@ static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
           },
           "native|median|Z,Y,X"));
   add_train_augment_options(train, t);
+  train->add_option("--optimizer", t.optimizer,
+                    "adamw (every recipe's: AdamW, the recipe's lr, weight decay and schedule) or sgd (nnU-Net v2's: "
+                    "SGD with Nesterov momentum 0.99, lr 1e-2, weight decay 3e-5, poly schedule, no warm-up; --lr and "
+                    "--lr-schedule still apply; the step runs eagerly, and O3 is refused)")
+      ->check(CLI::IsMember({"adamw", "sgd"}));
+  train->add_option("--lr-schedule", t.lr_schedule,
+                    "the learning rate after the warm-up: constant, cosine (to lr/20) or poly (lr (1 - t)^0.9 to 0, "
+                    "nnU-Net's); default: the recipe's (cpu, tiny: cosine; reference: constant; with --optimizer sgd: "
+                    "poly)")
+      ->check(CLI::IsMember({"constant", "cosine", "poly"}));
   train->add_option("--seed", t.seed, "random seed (init, patches, flips, augmentation)")
       ->transform(decimal_integer(0, std::numeric_limits<uint64_t>::max()));
   train->add_option("--config", t.config,
@@ -166,16 +176,6 @@ static CLI::App* add_train(CLI::App& app, TrainArgs& t) {
                     "write model.safetensors and training_state.safetensors (and metrics.csv with them) every N "
                     "epochs and after the last (default 1)")
       ->transform(decimal_integer(1, kMaxEvery));
-  train->add_option("--optimizer", t.optimizer,
-                    "adamw (every recipe's: AdamW, the recipe's lr, weight decay and schedule) or sgd (nnU-Net v2's: "
-                    "SGD with Nesterov momentum 0.99, lr 1e-2, weight decay 3e-5, poly schedule, no warm-up; --lr and "
-                    "--lr-schedule still apply; the step runs eagerly, and O3 is refused)")
-      ->check(CLI::IsMember({"adamw", "sgd"}));
-  train->add_option("--lr-schedule", t.lr_schedule,
-                    "the learning rate after the warm-up: constant, cosine (to lr/20) or poly (lr (1 - t)^0.9 to 0, "
-                    "nnU-Net's); default: the recipe's (cpu, tiny: cosine; reference: constant; with --optimizer sgd: "
-                    "poly)")
-      ->check(CLI::IsMember({"constant", "cosine", "poly"}));
   train->add_option("--max-minutes", t.max_minutes, "stop after the epoch that passes this much training time")
       ->transform(finite_number(0, false));
   train->add_option("--workers", t.workers,
@@ -260,12 +260,48 @@ static CLI::App* add_predict(CLI::App& app, PredictArgs& p) {
   return predict;
 }
 
+// train --plan (plan.h), beside `plan`.
+static void add_train_plan(CLI::App& train, TrainArgs& t) {
+  train.add_option("--plan", t.plan,
+                   "with --data, train on a plan (halfgrad-unet3d plan: spacing, patch, levels and widths, batch, "
+                   "samples per epoch, foreground share, optimizer): FILE, a plan written before, or auto, planned "
+                   "now for --device and its total memory; written to RUN_DIR/plan.json. --batch, --spacing, "
+                   "--optimizer given here override the plan's");
+}
+
+// `plan` and its options into p.
+static CLI::App* add_plan(CLI::App& app, PlanArgs& p) {
+  CLI::App* plan = app.add_subcommand("plan", "choose a training recipe for an MSD dataset and a device (nnU-Net v2's "
+                                              "experiment planning): prints it and writes it as JSON for train --plan");
+  plan->add_option("--data", p.data, "MSD dataset folder (dataset.json, imagesTr/, labelsTr/)")->required();
+  plan->add_option("--output", p.output, "the plan file (JSON) to write; refused if it exists unless --overwrite")
+      ->required();
+  plan->add_flag("--overwrite", p.overwrite, "replace --output if it exists");
+  plan->add_option("--device", p.device, "the device the plan is for: cpu (default) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  plan->add_option("--memory-gib", p.memory_gib,
+                   "plan for at most this much memory in GiB (default: the device's total memory; with --device cuda "
+                   "on a machine without a GPU, required)")
+      ->transform(finite_number(0, true, 1 << 20));
+  plan->add_option("--config", p.config,
+                   "the base recipe whose first width and schedule the plan starts from: cpu, reference or tiny "
+                   "(default: reference for cuda, cpu for cpu)")
+      ->check(CLI::IsMember({"cpu", "reference", "tiny"}));
+  plan->add_flag("--amp", p.amp, "plan for mixed precision (O1), as train --amp");
+  plan->add_option("--opt-level", p.opt_level, "plan for this opt level (O0..O3), as train --opt-level");
+  plan->add_option("--amp-dtype", p.amp_dtype, "fp16 or bf16, as train --amp-dtype")
+      ->check(CLI::IsMember({"fp16", "bf16"}));
+  return plan;
+}
+
 CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation training with optional mixed precision") {
   app.name("halfgrad-unet3d");
   app.require_subcommand(1);
   train = add_train(app, train_args);
+  add_train_plan(*train, train_args);
   eval = add_eval(app, eval_args);
   predict = add_predict(app, predict_args);
+  plan = add_plan(app, plan_args);
   cv = app.add_subcommand("cv", "cross-validation summary of train --fold K runs: each fold's validation Dice per "
                                 "class and the mean and SD across folds; prints one JSON line");
   cv->add_option("RUN_DIR", cv_runs, "run folders of train --data DIR --fold K, one per fold")->required();
@@ -275,9 +311,9 @@ CommandLine::CommandLine() : app("halfgrad-unet3d: 3D U-Net segmentation trainin
   const CLI::Validator non_empty(
       [](std::string& v) { return v.empty() ? std::string("is empty; expected a path (leave the option out instead)") : std::string(); },
       "PATH");
-  for (CLI::App* sub : {train, eval, predict, cv})
+  for (CLI::App* sub : {train, eval, predict, cv, plan})
     for (const char* name : {"--data", "--out", "--resume", "--grad-stats", "--checkpoint", "--input", "--output",
-                             "--probabilities", "--labels", "--overlay"})
+                             "--probabilities", "--labels", "--overlay", "--plan"})
       if (CLI::Option* o = sub->get_option_no_throw(name)) o->check(non_empty);
 }
 
@@ -306,6 +342,8 @@ void check_train_args(const TrainArgs& a) {
   const auto given = [&](const char* o) { return std::find(a.given.begin(), a.given.end(), o) != a.given.end(); };
   HG_CHECK(!given("--spacing") || !a.data.empty(),
            "halfgrad-unet3d train: --spacing needs --data (the default data is the 2 mm atlas of io/mricron.h)");
+  HG_CHECK(!given("--plan") || !a.data.empty(),
+           "halfgrad-unet3d train: --plan needs --data (a plan is made for an MSD dataset; the default data has none)");
   HG_CHECK(a.augment_device != "cuda" || a.device == "cuda",
            "halfgrad-unet3d train: --augment-device cuda needs --device cuda (got --device " << a.device
                << "); drop it or pass --augment-device cpu");

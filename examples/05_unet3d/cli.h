@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/05_unet3d/plan.h"
 #include "examples/05_unet3d/predict.h"
 #include "examples/05_unet3d/train.h"
 
@@ -37,8 +38,8 @@ CLI::Validator decimal_integer(uint64_t lo, uint64_t hi);
 /// range, else refused saying it underflows; one too large ("1e400") is refused as an overflow.
 CLI::Validator finite_number(double lo, bool strict, double hi = std::numeric_limits<double>::infinity());
 
-/// The whole command line: `app` with its subcommands, bound to `train_args`, `eval_args` and
-/// `predict_args`.
+/// The whole command line: `app` with its subcommands, bound to `train_args`, `eval_args`,
+/// `predict_args` and `plan_args`.
 /// Not copyable (CLI11 keeps pointers to the fields).
 struct CommandLine {
   CommandLine();
@@ -54,10 +55,12 @@ struct CommandLine {
   CLI::App* eval = nullptr;
   CLI::App* predict = nullptr;
   CLI::App* cv = nullptr;
+  CLI::App* plan = nullptr;
   std::vector<std::string> cv_runs;  // cv RUN_DIR...: the run folders of train --fold K
   TrainArgs train_args;
   EvalArgs eval_args;
   PredictArgs predict_args;
+  PlanArgs plan_args;
 };
 
 /// What the parser cannot see; throws halfgrad::Error naming the options: the precision words that
@@ -65,7 +68,7 @@ struct CommandLine {
 /// --opt-level or --fp32-op, --fp32-op without O1), --memory-format ndhwc
 /// with --device cpu (an explicit request the CPU ops cannot honour: they run NCDHW only; the
 /// default, --memory-format unset, means ndhwc on cuda and NCDHW on the CPU without a word), and
-/// --augment-device cuda without --device cuda, --gpus without --device cuda (the ranks are GPUs talking through NCCL).
+/// --augment-device cuda without --device cuda, --gpus without --device cuda (the ranks are GPUs talking through NCCL), --plan without --data.
 void check_train_args(const TrainArgs& a);
 
 }  // namespace unet3d_app

@@ -2,9 +2,11 @@
 // segment new volumes with it (predict).
 //
 //   halfgrad-unet3d train [--data DIR] --out RUN_DIR [--overwrite] [--device cpu|cuda [--gpus N]]
-//                         [--epochs N --batch B --lr X --seed S --config NAME]
+//                         [--epochs N --batch B --lr X --seed S --config NAME] [--plan FILE|auto]
 //                         [--opt-level O0|O1|O2|O3 | --amp] [--fp32-op NAME ...] [--fp32-module PREFIX ...]
 //   halfgrad-unet3d eval  [--data DIR] --checkpoint FILE [--device cpu|cuda] [--overlay DIR]
+//   halfgrad-unet3d plan  --data DIR --output FILE [--device cpu|cuda] [--memory-gib X] [--config NAME]
+//                         [--amp | --opt-level O0|O1|O2|O3] [--overwrite]
 //   halfgrad-unet3d predict --checkpoint FILE --input FILE|DIR --output FILE|DIR [--device cpu|cuda]
 //                         [--overlap F] [--tta] [--probabilities FILE|DIR] [--labels DIR] [--overlay DIR] [--overwrite]
 //
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
       return unet3d_app::run_train(t, ctx);
     }
     if (*cli.predict) return unet3d_app::run_predict(cli.predict_args);
+    if (*cli.plan) return unet3d_app::run_plan(cli.plan_args);
     if (*cli.cv) return unet3d_app::run_cv(cli.cv_runs);
     return unet3d_app::run_eval(cli.eval_args);
   } catch (const halfgrad::Error& err) {

@@ -186,6 +186,58 @@ MemoryAvailable available_memory(const std::string& device) {
   return a;
 }
 
+// The cgroup v2 memory.max of this process (false when none, or "max").
+static bool cgroup_limit(uint64_t& bytes) {
+  std::ifstream cg("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(cg, line))
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+  if (path.empty()) return false;
+  std::ifstream max_f("/sys/fs/cgroup" + (path == "/" ? std::string() : path) + "/memory.max");
+  std::string max_s;
+  if (!(max_f >> max_s) || max_s == "max" || max_s.empty() ||
+      !std::all_of(max_s.begin(), max_s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  bytes = std::stoull(max_s);
+  return true;
+}
+
+MemoryAvailable total_memory(const std::string& device) {
+  MemoryAvailable a;
+  if (device == "cuda") {
+    HG_CHECK(halfgrad::cuda::is_available(),
+             "total_memory: no usable GPU here (" << halfgrad::cuda::device_description() << ")");
+    a.bytes = halfgrad::cuda::memory_info().total_bytes;
+    a.source = "cudaMemGetInfo's total of " + halfgrad::cuda::device_description();
+    return a;
+  }
+  HG_CHECK(device == "cpu", "total_memory: device must be cpu or cuda, got '" << device << "'");
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  bool found = false;
+  while (meminfo >> key) {
+    if (key == "MemTotal:" && (meminfo >> kib)) { found = true; break; }
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (found) {
+    a.bytes = kib * 1024;
+    a.source = "MemTotal in /proc/meminfo";
+  } else {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    HG_CHECK(pages > 0 && page > 0, "total_memory: neither /proc/meminfo's MemTotal nor sysconf(_SC_PHYS_PAGES) "
+                                    "tells the machine's memory; pass --memory-gib");
+    a.bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+    a.source = "sysconf(_SC_PHYS_PAGES)";
+  }
+  uint64_t cg = 0;
+  if (cgroup_limit(cg) && cg < a.bytes) {
+    a.bytes = cg;
+    a.source = "the cgroup's memory.max";
+  }
+  return a;
+}
+
 void check_memory(const MemoryEstimate& need, const MemoryAvailable& available, const std::string& cmd,
                   const std::string& device, const std::string& hint) {
   HG_CHECK(need.total() <= available.bytes,

@@ -66,6 +66,13 @@ struct MemoryAvailable {
 /// cannot be found out.
 MemoryAvailable available_memory(const std::string& device);
 
+/// The device's whole memory, for planning (plan.h: a plan is made for a fixed budget, as nnU-Net's
+/// reference VRAM, not for what happens to be free): on CUDA cudaMemGetInfo's total; on the CPU
+/// /proc/meminfo's MemTotal (sysconf(_SC_PHYS_PAGES) where that file is missing), capped by the
+/// process's cgroup v2 memory.max when one is set. Throws halfgrad::Error when it cannot be found
+/// out (no GPU for "cuda", an unknown device).
+MemoryAvailable total_memory(const std::string& device);
+
 /// Throws halfgrad::Error when need.total() > available.bytes: "halfgrad-unet3d <cmd>: this run needs
 /// about X (...), but the CPU has Y available (MemAvailable in /proc/meminfo); <hint>, or pass
 /// --no-memory-check to start anyway".

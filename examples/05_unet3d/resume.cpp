@@ -27,13 +27,14 @@ nlohmann::json train_args_to_json(const TrainArgs& a) {
           {"seed", std::to_string(a.seed)},  // a string: JSON readers differ on integers past 2^63
           {"fold", a.fold},
           {"spacing", a.spacing},
+          {"plan", a.plan},
           {"augment", a.augment},
           {"augment_device", a.augment_device},
           {"deep_supervision", a.deep_supervision},
-          {"val_every", a.val_every},
-          {"save_every", a.save_every},
           {"optimizer", a.optimizer},
           {"lr_schedule", a.lr_schedule},
+          {"val_every", a.val_every},
+          {"save_every", a.save_every},
           {"grad_stats", a.grad_stats},
           {"grad_stats_every", a.grad_stats_every},
           {"precision_report", a.precision_report},
@@ -66,6 +67,8 @@ TrainArgs train_args_from_json(const Field& j) {
   // Runs saved before --spacing trained every volume on its own grid.
   a.spacing = j.has("spacing") ? j["spacing"].as_string() : "native";
   SpacingChoice::parse(a.spacing, j.where() + ": field 'spacing'");
+  // Runs saved before --plan had none; a run with one reads it back from RUN_DIR/plan.json (plan.h).
+  a.plan = j.has("plan") ? j["plan"].as_string() : "";
   // Runs saved before --augment trained without augmentation: the recipe's (every recipe's is none).
   a.augment = j.has("augment") ? j["augment"].as_string() : "";
   if (!a.augment.empty()) augmentation_by_name(a.augment, j.where() + ": field 'augment'");
@@ -75,6 +78,11 @@ TrainArgs train_args_from_json(const Field& j) {
            j.where() << ": field 'augment_device' is \"" << a.augment_device.substr(0, 24) << "\"; expected cpu or cuda");
   // Runs saved before --deep-supervision trained without it.
   a.deep_supervision = j.has("deep_supervision") && j["deep_supervision"].as_bool();
+  // Runs saved before --optimizer and --lr-schedule trained with the recipe's (AdamW, its schedule).
+  a.optimizer = j.has("optimizer") ? j["optimizer"].as_string() : "";
+  if (!a.optimizer.empty()) optimizer_by_name(a.optimizer, j.where() + ": field 'optimizer'");
+  a.lr_schedule = j.has("lr_schedule") ? j["lr_schedule"].as_string() : "";
+  if (!a.lr_schedule.empty()) schedule_by_name(a.lr_schedule, j.where() + ": field 'lr_schedule'");
   a.val_every = j["val_every"].as_int();
   a.save_every = j["save_every"].as_int(1, INT64_MAX);
   a.grad_stats = j["grad_stats"].as_string();
@@ -83,11 +91,6 @@ TrainArgs train_args_from_json(const Field& j) {
   a.detect_anomaly = j["detect_anomaly"].as_bool();
   return a;
 }
-  // Runs saved before --optimizer and --lr-schedule trained with the recipe's (AdamW, its schedule).
-  a.optimizer = j.has("optimizer") ? j["optimizer"].as_string() : "";
-  if (!a.optimizer.empty()) optimizer_by_name(a.optimizer, j.where() + ": field 'optimizer'");
-  a.lr_schedule = j.has("lr_schedule") ? j["lr_schedule"].as_string() : "";
-  if (!a.lr_schedule.empty()) schedule_by_name(a.lr_schedule, j.where() + ": field 'lr_schedule'");
 
 const std::vector<std::string>& resume_allowed_options() {
   static const std::vector<std::string> allowed = {"--resume",           "--epochs",       "--save-every",

@@ -20,6 +20,8 @@
 // must hold the files the run trained on) and --allow-data-change. Every other option is an error
 // naming it: the run's options are its own.
 //
+// A run started with --plan (plan.h) reads its plan back from RUN_DIR/plan.json, never planning again.
+//
 // The data: a run saves its data folder's absolute path and a fingerprint of every file it read
 // (data_fingerprint.h); the resume loads the data from that path (or --data) and refuses it when a
 // file was added, removed or changed, naming each, unless --allow-data-change. Runs

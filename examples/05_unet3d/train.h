@@ -29,15 +29,16 @@ struct TrainArgs {
   uint64_t seed = 0;
   int64_t fold = 4;        // --fold K: cross-validation fold (data.h: kFolds, kReferenceFold); needs --data
   std::string spacing = "median";  // --spacing native|median|Z,Y,X: the grid --data is resampled to (unet3d/resample.h)
+  std::string plan;        // --plan FILE|auto: the recipe of halfgrad-unet3d plan (plan.h); empty = none
   std::string augment;     // --augment none|nnunet: training augmentation (io/augment.h); empty = the recipe's (none)
   std::string augment_device;  // --augment-device cpu|cuda: where it runs (gpu_batch.h); empty = --device's. The
                                // run saves what it resolved to, so --resume keeps it
   bool deep_supervision = false;  // --deep-supervision: ds_heads and nnU-Net's weighted loss (ops/loss/deep_supervision.h)
+  std::string optimizer;    // --optimizer adamw|sgd: sgd is nnU-Net's (unet3d/recipe.h with_nnunet_sgd); empty = the recipe's (adamw)
+  std::string lr_schedule;  // --lr-schedule constant|cosine|poly (unet3d/recipe.h LrSchedule); empty = the recipe's
   int64_t val_every = -1;
   int64_t save_every = 1;  // --save-every N: write the checkpoint every N epochs (and after the last)
   double max_minutes = 0;  // stop after this much training time (0 = no limit)
-  std::string optimizer;    // --optimizer adamw|sgd: sgd is nnU-Net's (unet3d/recipe.h with_nnunet_sgd); empty = the recipe's (adamw)
-  std::string lr_schedule;  // --lr-schedule constant|cosine|poly (unet3d/recipe.h LrSchedule); empty = the recipe's
   bool progress = true;
   bool memory_check = true;  // refuse to start when memory_estimate.h's estimate exceeds the free memory
   int64_t workers = -1;      // --workers N: batch-building threads (loader.h); -1 = default_workers(device)

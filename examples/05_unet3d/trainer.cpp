@@ -192,6 +192,7 @@ Trainer::Trainer(const TrainArgs& cli_args, const RankContext& ctx)
       r_(run_recipe(a_)) {
   HG_CHECK(!a_.out.empty(), "halfgrad-unet3d train: --out RUN_DIR is required");
   guard_run_folder();
+  take_plan();
   // This rank's samples of each global batch of r.batch (all of them with one GPU).
   slice_ = rank_batch_slice(r_.batch, ctx_.world_size, ctx_.rank);
   plan_ = precision_plan(a_);  // a bad combination fails before the data loads
@@ -220,6 +221,37 @@ void Trainer::guard_run_folder() {
     check_grad_stats_path(a_);
   });
   agreement_.agree({}, "the run folder check");
+}
+
+// --plan (plan.h): made now (auto), read (FILE) or, on --resume, the run's own plan.json. A fresh run
+// folds the plan's config, batch and spacing into its options (which its training state saves, so a
+// resumed run has them already); the patch, widths, samples per epoch and foreground share go into
+// the recipe.
+void Trainer::take_plan() {
+  if (a_.plan.empty()) return;
+  const std::string own = a_.out + "/" + kPlanFile;
+  if (resuming_) {
+    HG_CHECK(std::filesystem::exists(own), "halfgrad-unet3d train --resume " << a_.out << ": the run was started with "
+                                               << "--plan " << a_.plan << ", but " << own << " is missing; restore it");
+    training_plan_ = read_plan(own);
+  } else if (a_.plan == "auto") {
+    const bool config_given = std::count(a_.given.begin(), a_.given.end(), "--config") > 0;
+    const PlanTarget target = plan_target(a_.device, precision_plan(a_).level,
+                                          config_given ? a_.config : default_plan_config(a_.device), 0,
+                                          "halfgrad-unet3d train --plan auto");
+    training_plan_ = make_plan(fingerprint_dataset(a_.data), target);
+  } else {
+    training_plan_ = read_plan(a_.plan);
+    check_plan_matches_data(*training_plan_, a_.data, a_.plan);
+  }
+  std::cout << training_plan_->summary();
+  if (training_plan_->device != a_.device || training_plan_->opt_level != amp::opt_level_name(precision_plan(a_).level))
+    std::cout << "note: the plan was made for " << training_plan_->device << " at " << training_plan_->opt_level
+              << "; this run is on " << a_.device << " at " << amp::opt_level_name(precision_plan(a_).level)
+              << " (the memory check below still applies)" << std::endl;
+  if (!resuming_)
+    for (const std::string& line : fold_plan_into_args(a_, *training_plan_)) std::cout << "plan: " << line << std::endl;
+  r_ = apply_plan(run_recipe(a_), *training_plan_);
 }
 
 void Trainer::load_data() {
@@ -301,6 +333,9 @@ void Trainer::make_run_folder() {
 // The precision plan applied to the model and the optimizer's and scaler's options; the model on its
 // device (before the optimizer: its state is made on the parameters' device); the model line.
 void Trainer::build_model() {
+  HG_CHECK(r_.optimizer != OptimizerKind::Sgd || plan_.level != amp::OptLevel::O3,
+           "halfgrad-unet3d train --optimizer sgd: --opt-level O3 keeps no FP32 master weights, which SGD "
+           "always uses (optim/sgd.h); expected O0, O1 (--amp) or O2, or --optimizer adamw");
   adamw_ = optim::AdamWOptions().lr(r_.lr).weight_decay(r_.weight_decay);
   mp_ = plan_.apply(*model_, adamw_, scaler_options_);
   if (plan_.lower == kBFloat16)
@@ -332,6 +367,21 @@ void Trainer::decide_graph() {
   if (!use_graph_) std::cout << "cuda graph: off: " << off << "; eager steps" << std::endl;
 }
 
+// "AdamW lr 0.001, weight decay 0.01, cosine" / "SGD lr 0.01, Nesterov momentum 0.99, weight decay 3e-05, poly".
+std::string Trainer::describe_optimizer() const {
+  std::ostringstream os;
+  os << (r_.optimizer == OptimizerKind::Sgd ? "SGD" : "AdamW") << " lr " << r_.lr;
+  if (r_.optimizer == OptimizerKind::Sgd) os << ", Nesterov momentum " << r_.momentum;
+  os << ", weight decay " << r_.weight_decay;
+  if (r_.optimizer == OptimizerKind::AdamW && plan_.level == amp::OptLevel::O3) os << ", eps " << adamw_.eps();
+  os << ", " << (r_.warmup_epochs > 0 ? std::to_string(r_.warmup_epochs) + "-epoch warm-up, " : std::string())
+     << schedule_name(r_.schedule) << " schedule";
+  return os.str();
+}
+
+// AdamW (capturable under a CUDA graph) or nnU-Net's SGD. The precision plan set adamw_'s master
+// weights; SGD always updates FP16 / BF16 parameters through FP32 master weights (optim/sgd.h), so the
+// pure-FP16 level O3, which has none, is AdamW's only (build_model refuses it).
 void Trainer::build_optimizer() {
   scaler_options_.capturable(use_graph_);
   if (r_.optimizer == OptimizerKind::Sgd) {
@@ -359,10 +409,9 @@ void Trainer::open_instruments() {
   if (ctx_.is_root())
     for (const std::string& note : resuming_ ? remove_stale_temps(a_.out) : prepare_run_folder(a_.out, a_.overwrite))
       std::cout << "note: " << note << std::endl;
+  // The plan the run follows, beside its checkpoints: --resume reads it back (take_plan).
+  if (ctx_.is_root() && training_plan_ && !resuming_) write_file_atomic(a_.out + "/" + kPlanFile, plan_text(*training_plan_));
   // metrics.csv is rewritten (atomically) right after each checkpoint, with the rows up to the
-  HG_CHECK(r_.optimizer != OptimizerKind::Sgd || plan_.level != amp::OptLevel::O3,
-           "halfgrad-unet3d train --optimizer sgd: --opt-level O3 keeps no FP32 master weights, which SGD "
-           "always uses (optim/sgd.h); expected O0, O1 (--amp) or O2, or --optimizer adamw");
   // checkpoint's epoch, which training_state.safetensors holds too. A process killed between the
   // renames leaves metrics.csv one save behind; --resume rewrites it from the training state's rows.
   csv_path_ = a_.out + "/metrics.csv";
@@ -393,21 +442,6 @@ void Trainer::restore_run() {
     elapsed_before_ = metrics_->restore_untimed_rows(m["metrics"]["rows"].as_string_list(), read_metrics_csv(csv_path_));
   }
   best_ = m["best_dice"].as_number();
-// "AdamW lr 0.001, weight decay 0.01, cosine" / "SGD lr 0.01, Nesterov momentum 0.99, weight decay 3e-05, poly".
-std::string Trainer::describe_optimizer() const {
-  std::ostringstream os;
-  os << (r_.optimizer == OptimizerKind::Sgd ? "SGD" : "AdamW") << " lr " << r_.lr;
-  if (r_.optimizer == OptimizerKind::Sgd) os << ", Nesterov momentum " << r_.momentum;
-  os << ", weight decay " << r_.weight_decay;
-  if (r_.optimizer == OptimizerKind::AdamW && plan_.level == amp::OptLevel::O3) os << ", eps " << adamw_.eps();
-  os << ", " << (r_.warmup_epochs > 0 ? std::to_string(r_.warmup_epochs) + "-epoch warm-up, " : std::string())
-     << schedule_name(r_.schedule) << " schedule";
-  return os.str();
-}
-
-// AdamW (capturable under a CUDA graph) or nnU-Net's SGD. The precision plan set adamw_'s master
-// weights; SGD always updates FP16 / BF16 parameters through FP32 master weights (optim/sgd.h), so the
-// pure-FP16 level O3, which has none, is AdamW's only (build_model refuses it).
   best_epoch_ = m["best_epoch"].as_int();
   last_ = m["last_dice"].as_number();
   last_epoch_ = m["last_epoch"].as_int();

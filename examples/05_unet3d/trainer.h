@@ -35,6 +35,7 @@
 #include "examples/05_unet3d/loader.h"
 #include "examples/05_unet3d/memory_estimate.h"
 #include "examples/05_unet3d/metrics.h"
+#include "examples/05_unet3d/plan.h"
 #include "examples/05_unet3d/progress.h"
 #include "examples/05_unet3d/train.h"
 #include "nlohmann/json.hpp"
@@ -42,9 +43,9 @@
 #include "nn/unet3d.h"
 #include "ops/loss/deferred_label_check.h"
 #include "optim/adamw.h"
+#include "optim/sgd.h"
 #include "unet3d/recipe.h"
 #include "unet3d/run_folder.h"
-#include "optim/sgd.h"
 #include "unet3d/trained_model.h"
 
 namespace unet3d_app {
@@ -68,7 +69,7 @@ class Trainer {
   };
 
   /// The whole setup, in this order: the resumed run's options (--resume), the run folder's check and
-  /// lock, the precision plan, the data and its fingerprint, the memory check, the run folder, the
+  /// lock, the training plan (--plan), the precision plan, the data and its fingerprint, the memory check, the run folder, the
   /// model, optimizer and scaler, the instruments, the resumed state, DDP, the loader, the CUDA graph.
   /// Throws halfgrad::Error on bad options, data or memory before the run folder is changed.
   Trainer(const TrainArgs& cli_args, const RankContext& ctx);
@@ -98,16 +99,17 @@ class Trainer {
   struct Epoch;  // one epoch's tally (trainer.cpp)
   // Setup, in the constructor's order.
   void guard_run_folder();
+  void take_plan();
   void load_data();
   void check_train_memory();
   void make_run_folder();
   void build_model();
   void decide_graph();
   void build_optimizer();
+  std::string describe_optimizer() const;
   void open_instruments();
   void restore_run();
   void start_ddp_and_loader();
-  std::string describe_optimizer() const;
   void build_graph_step();
   // The epoch loop.
   void eager_step(Epoch& e, int64_t step, double lr);
@@ -132,6 +134,7 @@ class Trainer {
   TrainArgs a_;                // the options: the command line's, or the resumed run's merged with it
   bool resuming_;
   Recipe r_;
+  std::optional<TrainingPlan> training_plan_;  // --plan: the run's plan (plan.h), written to RUN_DIR/plan.json
   std::optional<RunFolderLock> lock_;
   BatchSlice slice_;
   halfgrad::amp::PrecisionPlan plan_;

@@ -35,6 +35,11 @@ expect 2 "--epochs: '99999999999999999999' is out of range; expected a decimal i
   -- train --out "$tmp/a" --epochs 99999999999999999999
 expect 2 "--seed" -- train --out "$tmp/a" --seed -1
 expect 2 "--lr: 'nan' is not finite; expected a finite number > 0" -- train --out "$tmp/a" --lr nan
+# plan (plan.h): its required options and bounds; train --plan needs --data.
+expect 2 "--data is required" -- plan --output "$tmp/p.json"
+expect 2 "--memory-gib: '0' is out of range" -- plan --data "$tmp" --output "$tmp/p.json" --memory-gib 0
+expect 2 "--plan needs --data" -- train --out "$tmp/a" --plan auto
+expect 1 "plan /nonexistent.json: cannot open" -- train --out "$tmp/a" --data /nonexistent --plan /nonexistent.json
 expect 2 "--nsd-tolerance: '-1' is out of range; expected a finite number in [0, 1000]" -- eval --checkpoint "$tmp/a" --nsd-tolerance -1
 expect 0 "--nsd-tolerance" "normalised surface Dice" -- eval --help
 expect 2 "--memory-format ndhwc asks for channels-last activations, but with --device cpu" \
