@@ -359,7 +359,7 @@ PlanTarget plan_target(const std::string& device, amp::OptLevel level, const std
   try {
     total = total_memory(device);
   } catch (const Error& e) {
-    HG_FAIL(where << ": cannot find the " << device << "'s memory (" << e.what() << "); pass --memory-gib");
+    HG_FAIL(where << ": cannot read the total memory of --device " << device << " (" << e.what() << "); pass --memory-gib");
   }
   t.memory_bytes = total.bytes;
   t.memory_source = "total memory: " + total.source;
