@@ -260,8 +260,14 @@ void plan_patch(Planner& pl, TrainingPlan& p) {
     ++shrinks;
   }
   const std::string div = std::to_string(int64_t{1} << levels);
-  p.levels = {levels, "the smallest side of the patch halves " + std::to_string(levels) +
-                          " times before it is < 8 (bottleneck >= 4 voxels: nnU-Net's rule; all axes pool together)"};
+  const int64_t smallest = *std::min_element(patch.begin(), patch.end());
+  p.levels = {levels, smallest < 2 * kMinBottleneckEdge
+                          ? "the smallest side of the patch, " + std::to_string(smallest) +
+                                ", is < 8: 1, the fewest the U-Net has (its bottleneck is then < 4 voxels on that "
+                                "side, below nnU-Net's rule; all axes pool together)"
+                          : "the smallest side of the patch halves " + std::to_string(levels) +
+                                " times before it is < 8 (bottleneck >= 4 voxels: nnU-Net's rule; all axes pool "
+                                "together)"};
   p.patch = {patch, "from " + shape3_str(start) + " (256^3 voxels in proportion to 1/spacing, clipped to the median "
                         "shape), each side rounded up to a multiple of 2^" + std::to_string(levels) + " = " + div +
                         (shrinks ? ", then " + std::to_string(shrinks) +
@@ -419,6 +425,12 @@ void check_plan_matches_data(const TrainingPlan& p, const std::string& data_dir,
                << " cases, " << p.num_classes << " classes), but --data " << data_dir << " is '" << ds.name << "' ("
                << cases << " cases, " << ds.num_classes << " classes); make a plan of this data (halfgrad-unet3d plan, "
                << "or train --plan auto)");
+  // The channel decides the normalisation (CT is refused): a plan of a CT dataset must not train an MRI one.
+  const auto names = [](const std::vector<std::string>& v) { return v.empty() ? std::string("none") : v[0]; };
+  HG_CHECK(ds.channel_names == p.channel_names,
+           "halfgrad-unet3d train: the plan " << path << " was made for the channel '" << names(p.channel_names)
+               << "', but --data " << data_dir << "'s dataset.json names '" << names(ds.channel_names)
+               << "'; make a plan of this data (halfgrad-unet3d plan, or train --plan auto)");
 }
 
 int run_plan(const PlanArgs& a) {
@@ -428,6 +440,10 @@ int run_plan(const PlanArgs& a) {
   HG_CHECK(a.overwrite || !fs::exists(fs::symlink_status(a.output, ec)),
            where << ": --output " << a.output << " exists already; pass --overwrite to replace it, or choose another file");
   HG_CHECK(!fs::is_directory(a.output, ec), where << ": --output " << a.output << " is a directory; expected a file path");
+  // Before the fingerprint pass reads every case: a folder that does not exist fails now, not after it.
+  const fs::path folder = fs::path(a.output).parent_path().empty() ? fs::path(".") : fs::path(a.output).parent_path();
+  HG_CHECK(fs::is_directory(folder, ec), where << ": --output " << a.output << ": its folder " << folder.string()
+                                               << " does not exist; expected a file in an existing folder");
   const amp::PrecisionPlan precision =
       amp::PrecisionPlan::from_words(a.opt_level, a.amp, a.amp_dtype, {}, {}, where);
   const std::string config = a.config.empty() ? default_plan_config(a.device) : a.config;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "amp/precision_plan.h"
+#include "core/checksum.h"
 #include "core/error.h"
 #include "examples/05_unet3d/data.h"
 
@@ -28,6 +29,7 @@ nlohmann::json train_args_to_json(const TrainArgs& a) {
           {"fold", a.fold},
           {"spacing", a.spacing},
           {"plan", a.plan},
+          {"plan_xxh3", a.plan_xxh3},
           {"augment", a.augment},
           {"augment_device", a.augment_device},
           {"deep_supervision", a.deep_supervision},
@@ -69,6 +71,10 @@ TrainArgs train_args_from_json(const Field& j) {
   SpacingChoice::parse(a.spacing, j.where() + ": field 'spacing'");
   // Runs saved before --plan had none; a run with one reads it back from RUN_DIR/plan.json (plan.h).
   a.plan = j.has("plan") ? j["plan"].as_string() : "";
+  a.plan_xxh3 = j.has("plan_xxh3") ? j["plan_xxh3"].as_string() : "";  // runs saved before it: unchecked
+  uint64_t sum = 0;
+  if (!a.plan_xxh3.empty() && !halfgrad::parse_hex64(a.plan_xxh3, &sum))
+    j["plan_xxh3"].fail("is not 16 hex digits (an XXH3-64 checksum of the run's plan.json)");
   // Runs saved before --augment trained without augmentation: the recipe's (every recipe's is none).
   a.augment = j.has("augment") ? j["augment"].as_string() : "";
   if (!a.augment.empty()) augmentation_by_name(a.augment, j.where() + ": field 'augment'");

@@ -30,6 +30,8 @@ struct TrainArgs {
   int64_t fold = 4;        // --fold K: cross-validation fold (data.h: kFolds, kReferenceFold); needs --data
   std::string spacing = "median";  // --spacing native|median|Z,Y,X: the grid --data is resampled to (unet3d/resample.h)
   std::string plan;        // --plan FILE|auto: the recipe of halfgrad-unet3d plan (plan.h); empty = none
+  std::string plan_xxh3;   // XXH3-64 (hex) of the plan's canonical text (plan_text), saved so --resume refuses an
+                           // edited RUN_DIR/plan.json; empty = no plan, or a run saved before it was recorded
   std::string augment;     // --augment none|nnunet: training augmentation (io/augment.h); empty = the recipe's (none)
   std::string augment_device;  // --augment-device cpu|cuda: where it runs (gpu_batch.h); empty = --device's. The
                                // run saves what it resolved to, so --resume keeps it

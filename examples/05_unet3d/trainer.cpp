@@ -14,6 +14,7 @@
 #include "autocast/autocast.h"
 #include "autograd/anomaly.h"
 #include "core/allocator.h"
+#include "core/checksum.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/json_checked.h"
@@ -226,7 +227,7 @@ void Trainer::guard_run_folder() {
 // --plan (plan.h): made now (auto), read (FILE) or, on --resume, the run's own plan.json. A fresh run
 // folds the plan's config, batch and spacing into its options (which its training state saves, so a
 // resumed run has them already); the patch, widths, samples per epoch and foreground share go into
-// the recipe.
+// the recipe. The plan's checksum is saved with the options, so --resume refuses a plan.json edited since.
 void Trainer::take_plan() {
   if (a_.plan.empty()) return;
   const std::string own = a_.out + "/" + kPlanFile;
@@ -234,6 +235,12 @@ void Trainer::take_plan() {
     HG_CHECK(std::filesystem::exists(own), "halfgrad-unet3d train --resume " << a_.out << ": the run was started with "
                                                << "--plan " << a_.plan << ", but " << own << " is missing; restore it");
     training_plan_ = read_plan(own);
+    const std::string text = plan_text(*training_plan_);
+    const std::string sum = hex64(xxh3_64(text.data(), text.size()));
+    HG_CHECK(a_.plan_xxh3.empty() || sum == a_.plan_xxh3,
+             "halfgrad-unet3d train --resume " << a_.out << ": " << own << " is not the plan the run started with "
+                 << "(its values changed since: checksum " << sum << ", the training state saved " << a_.plan_xxh3
+                 << "); restore the run's plan.json, or start a new run with --plan " << own);
   } else if (a_.plan == "auto") {
     const bool config_given = std::count(a_.given.begin(), a_.given.end(), "--config") > 0;
     const PlanTarget target = plan_target(a_.device, precision_plan(a_).level,
@@ -249,8 +256,11 @@ void Trainer::take_plan() {
     std::cout << "note: the plan was made for " << training_plan_->device << " at " << training_plan_->opt_level
               << "; this run is on " << a_.device << " at " << amp::opt_level_name(precision_plan(a_).level)
               << " (the memory check below still applies)" << std::endl;
-  if (!resuming_)
+  if (!resuming_) {
     for (const std::string& line : fold_plan_into_args(a_, *training_plan_)) std::cout << "plan: " << line << std::endl;
+    const std::string text = plan_text(*training_plan_);
+    a_.plan_xxh3 = hex64(xxh3_64(text.data(), text.size()));
+  }
   r_ = apply_plan(run_recipe(a_), *training_plan_);
 }
 

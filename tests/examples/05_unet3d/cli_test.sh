@@ -40,6 +40,12 @@ expect 2 "--data is required" -- plan --output "$tmp/p.json"
 expect 2 "--memory-gib: '0' is out of range" -- plan --data "$tmp" --output "$tmp/p.json" --memory-gib 0
 expect 2 "--plan needs --data" -- train --out "$tmp/a" --plan auto
 expect 1 "plan /nonexistent.json: cannot open" -- train --out "$tmp/a" --data /nonexistent --plan /nonexistent.json
+mkdir -p "$tmp/plandir" && mkfifo "$tmp/plan.fifo"
+expect 1 "plan $tmp/plandir: is a directory, not a regular file" -- train --out "$tmp/a" --data "$tmp" --plan "$tmp/plandir"
+expect 1 "plan $tmp/plan.fifo: is a FIFO, not a regular file" -- train --out "$tmp/a" --data "$tmp" --plan "$tmp/plan.fifo"
+expect 1 "--output $tmp/plandir is a directory" -- plan --data "$tmp" --output "$tmp/plandir" --overwrite
+expect 1 "--output $tmp/nofolder/p.json: its folder $tmp/nofolder does not exist" \
+  -- plan --data "$tmp" --output "$tmp/nofolder/p.json"
 expect 2 "--nsd-tolerance: '-1' is out of range; expected a finite number in [0, 1000]" -- eval --checkpoint "$tmp/a" --nsd-tolerance -1
 expect 0 "--nsd-tolerance" "normalised surface Dice" -- eval --help
 expect 2 "--memory-format ndhwc asks for channels-last activations, but with --device cpu" \

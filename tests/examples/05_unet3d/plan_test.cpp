@@ -135,6 +135,7 @@ TEST_CASE("unet3d plan: depth between 1 and 6 levels, widths doubling to nnU-Net
   // 6^3: 6 < 8, no halving; nn::UNet3d needs one level, so 1, and the patch rounds to 2: 6x6x6.
   const TrainingPlan small = make_plan(synthetic(20, {6, 6, 6}), target("cuda", "reference", uint64_t{80} << 30));
   CHECK(small.levels.value == 1);
+  CHECK(small.levels.why.find("the smallest side of the patch, 6, is < 8: 1, the fewest") != std::string::npos);
   CHECK(small.patch.value == Extent{6, 6, 6});
   CHECK(small.channels.value == std::vector<int64_t>{16});
   CHECK(small.bottleneck.value == 32);
@@ -250,6 +251,12 @@ TEST_CASE("unet3d train --plan auto on the toy data: plan.json written and used,
   CapturedStdout quiet;
   // The run folder's rules: plan.json is a run file (a second run into the folder is refused).
   check_error([&] { run_cli(with(base, {"--out", tmp_root + "/straight"})); }, {"plan.json"});
+  // --resume refuses a plan.json whose values changed since the run started (its checksum is saved).
+  nlohmann::json edited = nlohmann::json::parse(slurp(tmp_root + "/split/plan.json"));
+  edited["foreground_prob"]["value"] = 0.9;
+  std::ofstream(tmp_root + "/split/plan.json") << edited.dump(1);
+  check_error([&] { run_cli({"train", "--resume", tmp_root + "/split", "--epochs", "3", "--no-progress"}); },
+              {tmp_root + "/split/plan.json is not the plan the run started with", "restore the run's plan.json"});
   // --resume needs the run's plan.json.
   std::filesystem::remove(tmp_root + "/split/plan.json");
   check_error([&] { run_cli({"train", "--resume", tmp_root + "/split", "--epochs", "3", "--no-progress"}); },
@@ -282,6 +289,16 @@ TEST_CASE("unet3d train --plan FILE: the command line's --batch overrides the pl
   check_error([&] { run_cli({"train", "--data", data, "--plan", file, "--config", "cpu", "--out", tmp_root + "/r3"}); },
               {"--config cpu names another base recipe than the plan's 'tiny'"});
   check_error([&] { run_cli({"train", "--plan", "auto", "--out", tmp_root + "/r4"}); }, {"--plan needs --data"});
+  // A plan of another channel (its normalisation is the channel's) is refused too.
+  nlohmann::json ct = nlohmann::json::parse(slurp(file));
+  ct["dataset"]["channels"] = {"CT"};
+  std::ofstream(tmp_root + "/ct.json") << ct.dump(1);
+  check_error([&] { run_cli({"train", "--data", data, "--plan", tmp_root + "/ct.json", "--out", tmp_root + "/r5"}); },
+              {"was made for the channel 'CT', but --data " + data + "'s dataset.json names 'none'"});
+  CHECK(!std::filesystem::exists(tmp_root + "/r5"));
+  // plan --output in a folder that does not exist: refused before the dataset is read.
+  check_error([&] { run_cli({"plan", "--data", data, "--output", tmp_root + "/no/plan.json"}); },
+              {"--output " + tmp_root + "/no/plan.json: its folder " + tmp_root + "/no does not exist"});
 }
 
 const char* const kHippocampusPlan = "unet3d plan: the hippocampus (200 cases) against nnU-Net v2's Task04 plan";
