@@ -87,7 +87,12 @@ nlohmann::json load_run_checkpoint(const std::string& run_dir, nn::Module& model
     }
   }
   nn::load_into(weights, path, model);
-  opt.load_state_dict(root["optimizer"].require_object().value(), file.extra_tensors);
+  try {  // AdamW's state read as SGD's (or the reverse) fails in the optimizer, which knows no file name
+    opt.load_state_dict(root["optimizer"].require_object().value(), file.extra_tensors);
+  } catch (const Error& e) {
+    throw Error("load_run_checkpoint: " + path + ": its optimizer state does not fit this run's optimizer (the "
+                "options saved with the run choose it): " + e.what());
+  }
   scaler.load_state_dict(root["scaler"].value());
   return train;
 }

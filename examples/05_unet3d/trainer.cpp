@@ -720,7 +720,16 @@ bool Trainer::end_epoch(EpochMetrics row) {
   std::vector<double> dice;
   if (do_val && ctx_.is_root()) {  // rank 0's model is the checkpoint's; the others wait at the agreement
     NvtxRange nvtx_range("validation");
-    agreement_.guard([&] { dice = validate(*model_, data_.val, data_.num_classes, mp_, where_); });
+    agreement_.guard([&] {
+      try {
+        dice = validate(*model_, data_.val, data_.num_classes, mp_, where_);
+      } catch (const Error& e) {  // weights blown up by the steps: say which knob (the lr) and that nothing was saved
+        std::ostringstream os;
+        os << e.what() << "; after epoch " << epoch << " (lr " << row.lr << ", train loss " << row.train_loss
+           << "): the training may have diverged (lower --lr); this epoch was not saved";
+        throw Error(os.str());
+      }
+    });
   }
   double mean = 0;
   for (double d : dice) mean += d;

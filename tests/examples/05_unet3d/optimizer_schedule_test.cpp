@@ -2,6 +2,8 @@
 // values by hand, nnU-Net's SGD recipe, the words' errors, the options saved with the run, and a tiny
 // SGD run whose stop-and-resume gives the same checkpoint bytes as the run that never stopped.
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 
 #include <doctest/doctest.h>
 
@@ -13,6 +15,7 @@
 #include "tests/examples/05_unet3d/toy_msd.h"
 #include "tests/temp_dir.h"
 #include "unet3d/recipe.h"
+#include "unet3d/run_folder.h"
 
 using namespace halfgrad;
 using namespace unet3d_app;
@@ -116,4 +119,65 @@ TEST_CASE("unet3d --optimizer sgd: a tiny run saves SGD's momentum buffers; stop
   args.insert(args.end(), {"--optimizer", "sgd", "--opt-level", "O3"});
   check_error([&] { halfgrad::testing::toy_msd::run(args); },
               {"--optimizer sgd", "O3 keeps no FP32 master weights", "expected O0, O1 (--amp) or O2"});
+}
+
+namespace {
+
+// Rewrites the run's training_state.safetensors with its options' "optimizer" set to `optimizer` and
+// its checksums dropped (as a file saved before 2026-12-04 carries none), so the edit is read, not
+// refused as corruption: what a hand-edited or old state file would give --resume.
+void set_saved_optimizer(const std::string& run, const std::string& optimizer) {
+  const std::string path = run + "/training_state.safetensors";
+  const std::string bytes = read_regular_file(path, size_t{1} << 30, "test", "training state");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  nlohmann::json& meta = header["__metadata__"];
+  nlohmann::json state = nlohmann::json::parse(meta["halfgrad"].get<std::string>());
+  state["train"]["args"]["optimizer"] = optimizer;
+  meta["halfgrad"] = state.dump();
+  meta.erase("halfgrad_xxh3");
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t m = text.size();
+  std::string out(reinterpret_cast<const char*>(&m), 8);
+  out += text + bytes.substr(8 + n);
+  write_file_atomic(path, out);
+}
+
+}  // namespace
+
+TEST_CASE("unet3d --resume: a training state whose optimizer state is AdamW's but whose options say sgd is refused, naming the file") {
+  TempDir dir("optimizer_swap");
+  const std::string data = dir.file("msd");
+  halfgrad::testing::toy_msd::make_dataset(data, 5);
+  const std::string adamw = dir.file("adamw"), sgd = dir.file("sgd");
+  std::vector<std::string> args = halfgrad::testing::toy_msd::tiny_train(data, adamw);
+  args.insert(args.end(), {"--stop-after-epoch", "1"});
+  REQUIRE(halfgrad::testing::toy_msd::run(args) == 0);
+  args = halfgrad::testing::toy_msd::tiny_train(data, sgd);
+  args.insert(args.end(), {"--optimizer", "sgd", "--stop-after-epoch", "1"});
+  REQUIRE(halfgrad::testing::toy_msd::run(args) == 0);
+  set_saved_optimizer(adamw, "sgd");
+  set_saved_optimizer(sgd, "adamw");
+  check_error([&] { halfgrad::testing::toy_msd::run({"train", "--resume", adamw, "--no-progress"}); },
+              {adamw + "/training_state.safetensors: its optimizer state does not fit this run's optimizer",
+               "SGD::load_state_dict", "momentum' is missing"});
+  check_error([&] { halfgrad::testing::toy_msd::run({"train", "--resume", sgd, "--no-progress"}); },
+              {sgd + "/training_state.safetensors: its optimizer state does not fit", "AdamW::load_state_dict"});
+}
+
+TEST_CASE("unet3d train --lr 1e30: stops with a message naming --lr and writes no checkpoint (O0 at the loss, O2 at validation)") {
+  TempDir dir("optimizer_huge_lr");
+  const std::string data = dir.file("msd");
+  halfgrad::testing::toy_msd::make_dataset(data, 5);
+  for (const char* level : {"O0", "O2"}) {
+    CAPTURE(level);
+    const std::string out = dir.file(std::string("run_") + level);
+    std::vector<std::string> args = halfgrad::testing::toy_msd::tiny_train(data, out);
+    args.insert(args.end(), {"--lr", "1e30", "--optimizer", "sgd", "--opt-level", level});
+    check_error([&] { halfgrad::testing::toy_msd::run(args); }, {"lower --lr"});
+    CHECK(!std::filesystem::exists(out + "/model.safetensors"));
+    CHECK(!std::filesystem::exists(out + "/training_state.safetensors"));
+  }
 }
