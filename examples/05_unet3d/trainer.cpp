@@ -419,8 +419,6 @@ void Trainer::open_instruments() {
   if (ctx_.is_root())
     for (const std::string& note : resuming_ ? remove_stale_temps(a_.out) : prepare_run_folder(a_.out, a_.overwrite))
       std::cout << "note: " << note << std::endl;
-  // The plan the run follows, beside its checkpoints: --resume reads it back (take_plan).
-  if (ctx_.is_root() && training_plan_ && !resuming_) write_file_atomic(a_.out + "/" + kPlanFile, plan_text(*training_plan_));
   // metrics.csv is rewritten (atomically) right after each checkpoint, with the rows up to the
   // checkpoint's epoch, which training_state.safetensors holds too. A process killed between the
   // renames leaves metrics.csv one save behind; --resume rewrites it from the training state's rows.
@@ -792,6 +790,10 @@ void Trainer::save_checkpoint(int64_t epoch, double mean_dice) {
                                      {"best_epoch", best_epoch_},         {"last_dice", last_},
                                      {"last_epoch", last_epoch_},         {"nonfinite_streak", nonfinite_streak_},
                                      {"data_fingerprint", fingerprint_->to_json()}};
+  // The plan the run follows, beside its checkpoints (--resume reads it back: take_plan): written
+  // before the first, so a run that fails before any checkpoint leaves no run file behind.
+  if (training_plan_ && !resuming_ && saved_epoch_ == 0)
+    write_file_atomic(a_.out + "/" + kPlanFile, plan_text(*training_plan_));
   const RunCheckpointWrite w = save_run_checkpoint(a_.out, *model_, *opt_, *scaler_, model_meta, train_meta);
   write_file_atomic(csv_path_, metrics_->csv());
   saved_epoch_ = epoch;

@@ -296,6 +296,11 @@ TEST_CASE("unet3d train --plan FILE: the command line's --batch overrides the pl
   check_error([&] { run_cli({"train", "--data", data, "--plan", tmp_root + "/ct.json", "--out", tmp_root + "/r5"}); },
               {"was made for the channel 'CT', but --data " + data + "'s dataset.json names 'none'"});
   CHECK(!std::filesystem::exists(tmp_root + "/r5"));
+  // A run that fails before its first checkpoint leaves no plan.json (a run file: it would block a retry).
+  check_error([&] { run_cli({"train", "--data", data, "--plan", file, "--out", tmp_root + "/r6", "--lr", "1e30",
+                             "--no-progress"}); },
+              {"lower --lr"});
+  CHECK(!std::filesystem::exists(tmp_root + "/r6/plan.json"));
   // plan --output in a folder that does not exist: refused before the dataset is read.
   check_error([&] { run_cli({"plan", "--data", data, "--output", tmp_root + "/no/plan.json"}); },
               {"--output " + tmp_root + "/no/plan.json: its folder " + tmp_root + "/no does not exist"});
