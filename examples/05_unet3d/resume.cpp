@@ -82,6 +82,10 @@ TrainArgs train_args_from_json(const Field& j) {
   a.augment_device = j.has("augment_device") ? j["augment_device"].as_string() : "cpu";
   HG_CHECK(a.augment_device.empty() || a.augment_device == "cpu" || a.augment_device == "cuda",
            j.where() << ": field 'augment_device' is \"" << a.augment_device.substr(0, 24) << "\"; expected cpu or cuda");
+  // What the command line refuses (cli.cpp), refused here too: the CPU build would fail deep in Tensor::empty.
+  HG_CHECK(a.augment_device != "cuda" || a.device == "cuda",
+           j.where() << ": field 'augment_device' is \"cuda\" but field 'device' is \"" << a.device.substr(0, 24)
+                     << "\"; expected augment_device cpu with device cpu (--augment-device cuda needs --device cuda)");
   // Runs saved before --deep-supervision trained without it.
   a.deep_supervision = j.has("deep_supervision") && j["deep_supervision"].as_bool();
   // Runs saved before --optimizer and --lr-schedule trained with the recipe's (AdamW, its schedule).

@@ -85,6 +85,15 @@ TEST_CASE("unet3d --optimizer / --lr-schedule: parsed, saved with the run's opti
   bad["optimizer"] = "lamb";
   check_error([&] { train_args_from_json(json_checked::Field(bad, "training_state.safetensors")); },
               {"training_state.safetensors", "field 'optimizer'", "unknown optimizer 'lamb'"});
+  // Saved options the command line refuses are refused when read back too: augment_device cuda on
+  // device cpu failed on --resume deep in Tensor::empty ("built without CUDA") on a CPU build.
+  nlohmann::json gpu_augment = saved;
+  gpu_augment["augment"] = "nnunet";
+  gpu_augment["augment_device"] = "cuda";
+  check_error([&] { train_args_from_json(json_checked::Field(gpu_augment, "training_state.safetensors")); },
+              {"training_state.safetensors", "field 'augment_device' is \"cuda\" but field 'device' is \"cpu\""});
+  gpu_augment["device"] = "cuda";
+  CHECK(train_args_from_json(json_checked::Field(gpu_augment, "state")).augment_device == "cuda");
   CommandLine wrong;
   CHECK_THROWS(wrong.parse({"train", "--out", "runs/x", "--optimizer", "adam"}));
   TrainArgs resume = cli.train_args;
