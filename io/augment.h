@@ -44,7 +44,7 @@
 //         CUDA kernels (augment_cuda.h) for a CUDA volume, the same loops on the CPU for a CPU one
 //         (the kernels' reference). Per-voxel numbers come from Philox4x32-10 (core/philox.h) keyed
 //         by the plan's key and numbered by voxel, so they do not depend on the launch or on threads.
-//         train --augment-device cuda (the default with --device cuda), in the training thread on
+//         train --augment-device cuda (opt-in: not yet run on a GPU), in the training thread on
 //         the step's stream (examples/05_unet3d/gpu_batch.h says why there).
 // Every transform below takes a volume on the CPU or on CUDA (float32, contiguous) and returns its
 // result on that device. The CUDA kernels evaluate the CPU's formulas (augment_math.h) in the same

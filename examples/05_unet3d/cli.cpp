@@ -78,9 +78,9 @@ static void add_train_augment_options(CLI::App* train, TrainArgs& t) {
                     "io/augment.h)")
       ->check(CLI::IsMember({"none", "nnunet"}));
   train->add_option("--augment-device", t.augment_device,
-                    "where --augment nnunet runs: cuda (the default with --device cuda: the draws on the CPU, the "
-                    "per-voxel work in CUDA kernels on the step's stream, the training volumes held on the GPU; "
-                    "gpu_batch.h) or cpu (the default with --device cpu: the loader's worker threads). Each is "
+                    "where --augment nnunet runs: cpu (the default: the loader's worker threads) or, with --device "
+                    "cuda, cuda (the draws on the CPU, the per-voxel work in CUDA kernels on the step's stream, the "
+                    "training volumes held on the GPU; gpu_batch.h; not yet run on a GPU, hence opt-in). Each is "
                     "bit-reproducible; they draw different random numbers. Saved with the run")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   train->add_flag("--deep-supervision", t.deep_supervision,

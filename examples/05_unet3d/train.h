@@ -33,7 +33,7 @@ struct TrainArgs {
   std::string plan_xxh3;   // XXH3-64 (hex) of the plan's canonical text (plan_text), saved so --resume refuses an
                            // edited RUN_DIR/plan.json; empty = no plan, or a run saved before it was recorded
   std::string augment;     // --augment none|nnunet: training augmentation (io/augment.h); empty = the recipe's (none)
-  std::string augment_device;  // --augment-device cpu|cuda: where it runs (gpu_batch.h); empty = --device's. The
+  std::string augment_device;  // --augment-device cpu|cuda: where it runs (gpu_batch.h); empty = cpu. The
                                // run saves what it resolved to, so --resume keeps it
   bool deep_supervision = false;  // --deep-supervision: ds_heads and nnU-Net's weighted loss (ops/loss/deep_supervision.h)
   std::string optimizer;    // --optimizer adamw|sgd: sgd is nnU-Net's (unet3d/recipe.h with_nnunet_sgd); empty = the recipe's (adamw)

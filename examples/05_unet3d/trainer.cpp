@@ -73,10 +73,12 @@ Recipe run_recipe(const TrainArgs& a) {
   return r;
 }
 
-// --augment-device (gpu_batch.h): --device's unless given, written back into the options (which the run
-// saves, so that --resume keeps it). Returns whether the augmentation runs on the GPU.
+// --augment-device (gpu_batch.h): cpu unless given, written back into the options (which the run saves,
+// so that --resume keeps it). The CUDA kernels are opt-in until they have run on a GPU: they were
+// written and checked against the CPU loops on a machine without one (tests/cuda/augment_cuda_test.cpp
+// has not run yet). Returns whether the augmentation runs on the GPU.
 bool resolve_augment_device(TrainArgs& a, const Recipe& r) {
-  if (a.augment_device.empty()) a.augment_device = a.device;
+  if (a.augment_device.empty()) a.augment_device = "cpu";
   return r.augment != Augmentation::None && a.augment_device == "cuda";
 }
 

@@ -108,7 +108,7 @@ TEST_CASE("unet3d gpu batch: --augment-device is parsed, needs --device cuda, is
   CHECK(cli.train_args.augment_device == "cpu");
   CommandLine plain;
   plain.parse({"train", "--out", "r"});
-  CHECK(plain.train_args.augment_device.empty());  // --device's, resolved by the trainer
+  CHECK(plain.train_args.augment_device.empty());  // cpu, resolved by the trainer (the CUDA kernels are opt-in)
   CommandLine bad;
   CHECK_THROWS_AS(bad.parse({"train", "--out", "r", "--augment-device", "gpu"}), CLI::ParseError);
   TrainArgs a;
