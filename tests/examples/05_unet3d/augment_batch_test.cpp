@@ -25,22 +25,8 @@ namespace {
 // Three 12x10x14 volumes with foreground blobs (labels 1 and 2).
 SegData synthetic_data() { return halfgrad::testing::synthetic_seg_data(); }
 
-// 8x8x8 patches, foreground two times out of three, flips along every axis; or whole volumes.
-Recipe recipe(int64_t batch, bool patches, Augmentation augment) {
-  Recipe r;
-  r.batch = batch;
-  if (patches) r.patch = {8, 8, 8};
-  r.foreground_prob = 2.0 / 3.0;
-  r.flip_axes = {0, 1, 2};
-  r.augment = augment;
-  return r;
-}
-
-std::vector<uint8_t> rows(const Tensor& t, int64_t begin, int64_t end) {
-  const size_t row = t.nbytes() / static_cast<size_t>(t.size(0));
-  const uint8_t* p = static_cast<const uint8_t*>(t.raw_data());
-  return std::vector<uint8_t>(p + begin * row, p + end * row);
-}
+using halfgrad::testing::recipe;
+using halfgrad::testing::rows;
 
 // make_training_batch as it was before --augment (data.cpp at 327e773), written out: the bits every
 // existing run was trained on.

@@ -23,21 +23,8 @@ using namespace unet3d_app;
 
 namespace {
 
-Recipe recipe(int64_t batch, bool patches, Augmentation augment) {
-  Recipe r;
-  r.batch = batch;
-  if (patches) r.patch = {8, 8, 8};
-  r.foreground_prob = 2.0 / 3.0;
-  r.flip_axes = {0, 1, 2};
-  r.augment = augment;
-  return r;
-}
-
-std::vector<uint8_t> rows(const Tensor& t, int64_t begin, int64_t end) {
-  const size_t row = t.nbytes() / static_cast<size_t>(t.size(0));
-  const uint8_t* p = static_cast<const uint8_t*>(t.raw_data());
-  return std::vector<uint8_t>(p + begin * row, p + end * row);
-}
+using halfgrad::testing::recipe;
+using halfgrad::testing::rows;
 
 std::vector<io::Sample> volumes_of(const SegData& d) {
   std::vector<io::Sample> v;

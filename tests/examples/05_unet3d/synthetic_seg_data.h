@@ -1,6 +1,8 @@
 // synthetic_seg_data.h - three 12x10x14 volumes with foreground blobs (labels 1 and 2) for the tests
-// of make_training_batch (distributed_test.cpp, augment_batch_test.cpp).
+// of make_training_batch (distributed_test.cpp, augment_batch_test.cpp, gpu_batch_test.cpp), with
+// the recipe and the byte rows those tests compare.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,24 @@ inline unet3d_app::SegData synthetic_seg_data() {
   }
   d.num_classes = 3;
   return d;
+}
+
+// 8x8x8 patches, foreground two times out of three, flips along every axis; or whole volumes.
+inline unet3d_app::Recipe recipe(int64_t batch, bool patches, unet3d_app::Augmentation augment) {
+  unet3d_app::Recipe r;
+  r.batch = batch;
+  if (patches) r.patch = {8, 8, 8};
+  r.foreground_prob = 2.0 / 3.0;
+  r.flip_axes = {0, 1, 2};
+  r.augment = augment;
+  return r;
+}
+
+// The bytes of rows [begin, end) of t's first dimension.
+inline std::vector<uint8_t> rows(const Tensor& t, int64_t begin, int64_t end) {
+  const size_t row = t.nbytes() / static_cast<size_t>(t.size(0));
+  const uint8_t* p = static_cast<const uint8_t*>(t.raw_data());
+  return std::vector<uint8_t>(p + begin * row, p + end * row);
 }
 
 }  // namespace halfgrad::testing
